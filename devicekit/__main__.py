@@ -1,0 +1,47 @@
+"""The devicekit command line: `devicekit doctor` and `devicekit check`."""
+
+import argparse
+import sys
+
+from devicekit import check, doctor
+from devicekit.errors import exit_on_usage_error
+from devicekit.launch import pop_local_rank
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    explain = commands.add_parser("doctor", help="explain this machine and what devicekit chooses")
+    explain.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+
+    prove = commands.add_parser(
+        "check", help="verify collectives across all ranks and time all_reduce")
+    prove.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
+    prove.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=None,
+                       help="ranks to spawn when no launcher started this process "
+                            "(default: the device count; 2 on cpu)")
+    prove.add_argument("--dist-backend", default=None, help="collective backend (default: the kind's)")
+    prove.add_argument("--dist-timeout", type=float, default=None,
+                       help="seconds to wait for ranks and collectives (default 300)")
+    prove.add_argument("--max-bytes", type=int, default=64 << 20,
+                       help="largest all_reduce message timed (default 64 MiB)")
+    prove.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+@exit_on_usage_error
+def main(argv=None):
+    """Parse `argv` and run the command; returns its exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # torch.distributed.launch puts --local-rank=N before the subcommand.
+    argv, local_rank = pop_local_rank(argv)
+    args = _parser().parse_args(argv)
+    args.local_rank = local_rank
+    return {"doctor": doctor.main, "check": check.main}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""`python -m devicekit check`: prove the wiring with real collectives, and time all_reduce.
+
+Runs under any launcher (each process is one rank) or, started plainly, spawns
+`--nproc-per-node` ranks itself. Every rank verifies all_reduce, broadcast, all_gather
+and barrier results; rank 0 prints one summary. The exit code is non-zero on every rank
+when any rank saw a wrong result.
+"""
+
+import json
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from devicekit import kinds
+from devicekit.detect import resolve_kind
+from devicekit.distributed import process_group
+from devicekit.errors import UsageError, exit_on_usage_error
+from devicekit.launch import LaunchOptions, launcher_of, resolve_launch
+
+EXIT_DISAGREE = 1
+CPU_DEFAULT_RANKS = 2
+WARMUP = 2
+
+
+def message_sizes(max_bytes):
+    """Message sizes in bytes: 1 KiB, then x4 up to `max_bytes`."""
+    sizes, size = [], 1024
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+def bus_bandwidth(nbytes, seconds, world_size):
+    """(algbw, busbw) in GB/s for an all_reduce, as nccl-tests reports them:
+    busbw = algbw * 2 (n - 1) / n, the traffic each link carries in a ring."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2 * (world_size - 1) / world_size
+
+
+def _verify(ctx, device):
+    """Run each collective with known inputs; return {name: ok} for this rank."""
+    world = ctx.world_size
+    results = {}
+
+    tensor = torch.full((1024,), float(ctx.rank + 1), device=device)
+    dist.all_reduce(tensor)
+    results["all_reduce_sum"] = bool(torch.all(tensor == world * (world + 1) / 2))
+
+    tensor = torch.full((16,), float(ctx.rank), device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    results["all_reduce_max"] = bool(torch.all(tensor == world - 1))
+
+    expected = torch.arange(4096, dtype=torch.float32, device=device) * 3 + 7
+    tensor = expected.clone() if ctx.rank == 0 else torch.zeros_like(expected)
+    dist.broadcast(tensor, src=0)
+    results["broadcast"] = bool(torch.equal(tensor, expected))
+
+    gathered = [torch.zeros(2, device=device) for _ in range(world)]
+    dist.all_gather(gathered, torch.tensor([float(ctx.rank), float(ctx.local_rank)], device=device))
+    results["all_gather"] = [int(t[0].item()) for t in gathered] == list(range(world))
+
+    dist.barrier()
+    results["barrier"] = True
+    return results
+
+
+def _measure(ctx, kind, device, max_bytes):
+    """Time all_reduce over a range of sizes; the slowest rank's time counts."""
+    rows = []
+    for nbytes in message_sizes(max_bytes):
+        tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        iters = max(3, min(50, (64 << 20) // (nbytes * 4) or 1))
+        for _ in range(WARMUP):
+            dist.all_reduce(tensor)
+        kind.synchronize()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+        kind.synchronize()
+        elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float32,
+                               device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        seconds = float(elapsed.item())
+        algbw, busbw = bus_bandwidth(nbytes, seconds, ctx.world_size)
+        rows.append({"bytes": nbytes, "time_us": seconds * 1e6, "algbw_gbps": algbw,
+                     "busbw_gbps": busbw})
+    return rows
+
+
+def run_rank(ctx, kind, backend=None, timeout_s=None, max_bytes=64 << 20, as_json=False):
+    """One rank of the check. Returns True when every rank saw every result right."""
+    with process_group(ctx, kind, backend, timeout_s) as used_backend:
+        if used_backend is None:
+            raise UsageError(
+                "devicekit check needs at least 2 ranks: start it under a launcher, or pass "
+                "--nproc-per-node 2 (or more) to let it spawn them")
+        device = kind.device(ctx.device_index) if kind.is_accelerator else kind.device()
+        results = _verify(ctx, device)
+        mine = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(),
+                "device": str(device), "ok": all(results.values()),
+                "failed": sorted(name for name, ok in results.items() if not ok)}
+        everyone = [None] * ctx.world_size
+        dist.all_gather_object(everyone, mine)
+        all_ok = all(entry["ok"] for entry in everyone)
+        bandwidth = _measure(ctx, kind, device, max_bytes) if all_ok else []
+        if ctx.is_main:
+            report = {"ok": all_ok, "device": kind.name, "backend": used_backend,
+                      "launcher": ctx.mode, "world_size": ctx.world_size, "nnodes": ctx.nnodes,
+                      "checks": sorted(results), "ranks": everyone, "bandwidth": bandwidth}
+            print(json.dumps(report, indent=2) if as_json else format_report(report), flush=True)
+        return all_ok
+
+
+def format_report(report):
+    """The human-readable summary rank 0 prints."""
+    verdict = "OK" if report["ok"] else "FAILED"
+    lines = [f"devicekit check: {verdict}: {report['world_size']} ranks on {report['nnodes']} "
+             f"node(s), launcher {report['launcher']}, device {report['device']}, backend "
+             f"{report['backend']}",
+             f"  checked on every rank: {', '.join(report['checks'])}"]
+    for entry in report["ranks"]:
+        state = "ok" if entry["ok"] else "WRONG: " + ", ".join(entry["failed"])
+        lines.append(f"  rank {entry['rank']:>3} (local {entry['local_rank']}) {entry['host']} "
+                     f"{entry['device']}: {state}")
+    if report["bandwidth"]:
+        lines.append(f"  {'size':>10} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
+        for row in report["bandwidth"]:
+            lines.append(f"  {_human_bytes(row['bytes']):>10} {row['time_us']:>12.1f} "
+                         f"{row['algbw_gbps']:>13.3f} {row['busbw_gbps']:>13.3f}")
+    return "\n".join(lines)
+
+
+def _human_bytes(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:g} {unit}"
+        nbytes /= 1024
+    return str(nbytes)
+
+
+@exit_on_usage_error
+def _spawned_rank(index, parent_ctx, kind_name, backend, timeout_s, max_bytes, as_json):
+    ctx = parent_ctx.for_spawned_rank(index)
+    if not run_rank(ctx, kinds.get(kind_name), backend, timeout_s, max_bytes, as_json):
+        sys.exit(EXIT_DISAGREE)
+
+
+def main(args):
+    """Entry point for `devicekit check` with parsed `args`; returns the exit code."""
+    kind = resolve_kind(args.device)
+    if launcher_of() is not None or args.local_rank is not None:
+        if args.nproc_per_node is not None:
+            raise UsageError("--nproc-per-node is for starting ranks without a launcher; "
+                             "this process was started by one: drop --nproc-per-node")
+        ctx = resolve_launch(LaunchOptions(local_rank=args.local_rank), kind=kind)
+        return 0 if run_rank(ctx, kind, args.dist_backend, args.dist_timeout, args.max_bytes,
+                             args.json) else EXIT_DISAGREE
+    nprocs = args.nproc_per_node
+    if nprocs is None:
+        nprocs = kind.device_count() if kind.is_accelerator else CPU_DEFAULT_RANKS
+    ctx = resolve_launch(LaunchOptions(multiprocessing_distributed=True, nproc_per_node=nprocs),
+                         kind=kind)
+    if ctx.world_size < 2:
+        raise UsageError(f"devicekit check needs at least 2 ranks and {kind.name} gives "
+                         f"{ctx.world_size} here: pass --nproc-per-node 2 or more")
+    try:
+        mp.start_processes(_spawned_rank, nprocs=ctx.local_world_size, join=True,
+                           start_method=kind.start_method,
+                           args=(ctx, kind.name, args.dist_backend, args.dist_timeout,
+                                 args.max_bytes, args.json))
+    except mp.ProcessExitedException as error:
+        return error.exit_code if error.exit_code and error.exit_code > 0 else EXIT_DISAGREE
+    return 0

@@ -1,0 +1,100 @@
+"""Process-group setup and teardown: the backend from the kind, a finite timeout, and the
+device bound before anything touches it."""
+
+import contextlib
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from devicekit.errors import UsageError, warn
+
+DEFAULT_TIMEOUT_S = 300.0
+
+_BACKEND_OWNERS = {"nccl": "NVIDIA GPUs", "hccl": "Ascend NPUs (Habana Gaudi uses the same name)",
+                   "gloo": "CPUs"}
+
+
+def resolve_backend(kind, requested=None):
+    """The backend to use on `kind`; a contradicting request is mapped with one warning."""
+    if requested in (None, "", "auto"):
+        return kind.backend
+    requested = str(requested).lower()
+    if requested in kind.accepted_backends:
+        return requested
+    backend = kind.backend
+    owner = _BACKEND_OWNERS.get(requested, "another device")
+    warn(f"--dist-backend {requested} is for {owner}, not {kind.name}; using {backend}")
+    return backend
+
+
+def _timeout_seconds(timeout_s):
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    if not timeout_s > 0:
+        raise UsageError(f"--dist-timeout {timeout_s:g} must be a positive number of seconds")
+    return timeout_s
+
+
+def init_process_group(ctx, kind, backend=None, timeout_s=None):
+    """Bind this rank's device, then join the process group described by `ctx`.
+
+    Returns the backend in use, or None when the run has one process (no group needed).
+    Setup failures users cause (a port in use, a rank that never arrives) raise
+    UsageError naming the port or the timeout.
+    """
+    timeout_s = _timeout_seconds(timeout_s)
+    if kind.is_accelerator:
+        kind.set_device(ctx.device_index)
+    if not ctx.distributed:
+        return None
+    backend = resolve_backend(kind, backend)
+    kind.prepare_process_group(timeout_s, os.environ)
+    try:
+        dist.init_process_group(backend=backend, init_method=ctx.init_method, rank=ctx.rank,
+                                world_size=ctx.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as error:
+        raise _explain_setup_error(error, ctx, timeout_s) from None
+    return backend
+
+
+def _explain_setup_error(error, ctx, timeout_s):
+    text = str(error)
+    where = f"{ctx.master_addr}:{ctx.master_port}"
+    if "address already in use" in text.lower() or "EADDRINUSE" in text:
+        return UsageError(
+            f"the master port {ctx.master_port} on {ctx.master_addr} is already in use: stop "
+            "the process holding it (a previous run?) or choose another with MASTER_PORT/--port")
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return UsageError(
+            f"rank {ctx.rank}: not all {ctx.world_size} ranks joined at {where} within "
+            f"--dist-timeout {timeout_s:g}s; start every rank, check MASTER_ADDR/MASTER_PORT "
+            f"and the network ({text.strip().splitlines()[0]})")
+    if "connect" in text.lower() or "refused" in text.lower():
+        return UsageError(
+            f"rank {ctx.rank}: cannot reach the master at {where}: check MASTER_ADDR/MASTER_PORT "
+            f"and that rank 0 is running ({text.strip().splitlines()[0]})")
+    return error
+
+
+def destroy_process_group():
+    """Leave the process group if this process joined one (safe to call on every exit path)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def process_group(ctx, kind, backend=None, timeout_s=None):
+    """Context manager: join on entry, always leave on exit (errors included)."""
+    try:
+        yield init_process_group(ctx, kind, backend, timeout_s)
+    finally:
+        destroy_process_group()
+
+
+def barrier():
+    """Wait for every rank (no-op without a process group)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+

@@ -1,0 +1,144 @@
+"""The interface every device kind answers, and the shared accelerator behaviour."""
+
+import torch
+
+from devicekit.errors import UsageError
+
+_DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+class DeviceKind:
+    """What devicekit knows about one kind of device.
+
+    Subclasses set the class attributes and override what differs. A kind is stateless:
+    every answer is read from torch (and the environment) when asked.
+    """
+
+    name = ""
+    default_backend = ""
+    accepted_backends = frozenset()
+    visible_devices_env = None
+    is_accelerator = False
+    # NPUs (and CUDA) cannot be re-initialised in a forked child, so ranks are spawned.
+    start_method = "spawn"
+    default_amp_dtype = torch.bfloat16
+    install_hint = ""
+
+    def __repr__(self):
+        return f"<DeviceKind {self.name}>"
+
+    # -- presence -------------------------------------------------------------------
+    def probe(self):
+        """Return (usable, reason): whether this kind can run here, and why not if it cannot."""
+        raise NotImplementedError
+
+    def is_available(self):
+        """True when at least one device of this kind is usable in this process."""
+        return self.probe()[0]
+
+    def ensure_usable(self):
+        """Raise UsageError naming the reason and the fix when this kind cannot run here."""
+        usable, reason = self.probe()
+        if not usable:
+            raise UsageError(reason)
+
+    def worth_a_warning_when_skipped(self):
+        """Whether auto-detection should say why it skipped this kind (its stack is installed)."""
+        return False
+
+    def visible_devices(self, environ):
+        """The visible-devices list parsed and validated, or None when the variable is unset."""
+        return None
+
+    def device_count(self):
+        """Devices of this kind this process may use (the visible-devices variable honoured)."""
+        raise NotImplementedError
+
+    # -- placement ------------------------------------------------------------------
+    def device(self, index=None):
+        """The torch.device for local device `index` (or the kind's device when None)."""
+        return torch.device(self.name) if index is None else torch.device(self.name, index)
+
+    def set_device(self, index):
+        """Make local device `index` this process's current device."""
+
+    def synchronize(self):
+        """Wait for all queued work on the current device."""
+
+    def memory_stats(self):
+        """A small dict of memory figures in bytes for the current device."""
+        return {}
+
+    def ddp_device_ids(self, index):
+        """The `device_ids` argument DistributedDataParallel wants for local device `index`."""
+        return [index] if self.is_accelerator else None
+
+    @property
+    def pin_memory(self):
+        """Whether DataLoader should pin host memory for copies to this kind."""
+        return self.is_accelerator
+
+    # -- collectives ----------------------------------------------------------------
+    def prepare_process_group(self, timeout_s, environ):
+        """Adjust the backend's own variables before a process group with `timeout_s` starts."""
+
+    @property
+    def backend(self):
+        """The collective backend for this kind, as torch maps it when it knows the device."""
+        try:
+            from torch.distributed import get_default_backend_for_device
+
+            return get_default_backend_for_device(self.name)
+        except (ImportError, RuntimeError, ValueError):
+            return self.default_backend
+
+    # -- mixed precision ------------------------------------------------------------
+    def amp_dtype(self, requested=None):
+        """The low-precision dtype autocast uses: `requested` ("float16"/"bfloat16") or the default."""
+        if requested is None:
+            return self.default_amp_dtype
+        if isinstance(requested, torch.dtype):
+            return requested
+        try:
+            return _DTYPES[str(requested).lower()]
+        except KeyError:
+            raise UsageError(
+                f"unknown AMP dtype {requested!r}: use float16 or bfloat16") from None
+
+    def needs_grad_scaler(self, dtype):
+        """float16 gradients underflow without loss scaling; bfloat16 keeps fp32's range."""
+        return dtype == torch.float16
+
+
+class AcceleratorKind(DeviceKind):
+    """Behaviour shared by accelerators driven through a `torch.<name>` device module.
+
+    The device calls go to `torch.<name>` (torch.cuda, or torch.npu once torch_npu has
+    registered it); which accelerator this torch has is asked of `torch.accelerator`.
+    """
+
+    is_accelerator = True
+    default_amp_dtype = torch.float16
+
+    @property
+    def module(self):
+        """The torch device module (`torch.cuda`, `torch.npu`)."""
+        return getattr(torch, self.name)
+
+    def device_count(self):
+        return self.module.device_count()
+
+    def set_device(self, index):
+        self.module.set_device(index)
+
+    def synchronize(self):
+        self.module.synchronize()
+
+    def memory_stats(self):
+        module = self.module
+        return {
+            "allocated": module.memory_allocated(),
+            "max_allocated": module.max_memory_allocated(),
+            "reserved": module.memory_reserved(),
+        }

@@ -1,0 +1,61 @@
+"""Parsing and validating the visible-devices variables before any device call."""
+
+import re
+
+from devicekit.errors import UsageError
+
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+
+
+def _entries(var, value):
+    value = value.strip()
+    if value == "":
+        return []
+    entries = [item.strip() for item in value.split(",")]
+    if "" in entries:
+        raise UsageError(
+            f"{var}={value!r} has an empty entry: write device ids separated by single "
+            f"commas, e.g. {var}=0,1")
+    return entries
+
+
+def _check_unique(var, value, entries):
+    seen = set()
+    for entry in entries:
+        if entry in seen:
+            raise UsageError(
+                f"{var}={value!r} lists device {entry} twice: list each device once")
+        seen.add(entry)
+
+
+def parse_ascend(var, value):
+    """Parse ASCEND_RT_VISIBLE_DEVICES: distinct device ids in ascending order.
+
+    The Ascend runtime silently drops devices after a malformed entry and reports no
+    device at all for an unordered list, so each of these is an error here instead.
+    """
+    entries = _entries(var, value)
+    for entry in entries:
+        if not entry.isdigit():
+            raise UsageError(
+                f"{var}={value!r}: {entry!r} is not a device id; use non-negative integers "
+                f"separated by commas, e.g. {var}=0,1,2,3")
+    _check_unique(var, value, entries)
+    ids = [int(entry) for entry in entries]
+    if ids != sorted(ids):
+        raise UsageError(
+            f"{var}={value!r} is not in ascending order, which the Ascend runtime rejects "
+            f"(it then reports no NPU): write {var}={','.join(map(str, sorted(ids)))}")
+    return ids
+
+
+def parse_cuda(var, value):
+    """Parse CUDA_VISIBLE_DEVICES: distinct integer ids or GPU-/MIG- UUIDs (any order)."""
+    entries = _entries(var, value)
+    for entry in entries:
+        if not (entry.isdigit() or _UUID.match(entry)):
+            raise UsageError(
+                f"{var}={value!r}: {entry!r} is not a device id or GPU-/MIG- UUID; "
+                f"CUDA ignores every device from there on. Use e.g. {var}=0,1")
+    _check_unique(var, value, entries)
+    return [int(entry) if entry.isdigit() else entry for entry in entries]

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 
 from devicekit import kinds
 from devicekit.detect import resolve_kind
-from devicekit.distributed import process_group
+from devicekit.distributed import process_group, timeout_seconds
 from devicekit.errors import UsageError, exit_on_usage_error
 from devicekit.launch import LaunchOptions, launcher_of, resolve_launch
 
@@ -154,6 +154,7 @@ def _spawned_rank(index, parent_ctx, kind_name, backend, timeout_s, max_bytes, a
 def main(args):
     """Entry point for `devicekit check` with parsed `args`; returns the exit code."""
     kind = resolve_kind(args.device)
+    timeout_seconds(args.dist_timeout)
     if launcher_of() is not None or args.local_rank is not None:
         if args.nproc_per_node is not None:
             raise UsageError("--nproc-per-node is for starting ranks without a launcher; "

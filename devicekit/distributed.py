@@ -29,7 +29,8 @@ def resolve_backend(kind, requested=None):
     return backend
 
 
-def _timeout_seconds(timeout_s):
+def timeout_seconds(timeout_s):
+    """The process-group timeout in seconds: `timeout_s`, or the default when None."""
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     if not timeout_s > 0:
         raise UsageError(f"--dist-timeout {timeout_s:g} must be a positive number of seconds")
@@ -43,7 +44,7 @@ def init_process_group(ctx, kind, backend=None, timeout_s=None):
     Setup failures users cause (a port in use, a rank that never arrives) raise
     UsageError naming the port or the timeout.
     """
-    timeout_s = _timeout_seconds(timeout_s)
+    timeout_s = timeout_seconds(timeout_s)
     if kind.is_accelerator:
         kind.set_device(ctx.device_index)
     if not ctx.distributed:

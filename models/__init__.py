@@ -1,0 +1,19 @@
+"""Image classification models behind one registry.
+
+- ``names()``: the architecture names, sorted.
+- ``create(name, num_classes=1000, **kwargs)``: build one as an ``nn.Module``.
+
+Every model takes an NCHW float batch of any spatial size >= 32 (they end in adaptive
+average pooling) and returns ``(N, num_classes)`` logits. The models never choose where
+they run; the caller places them, as with any module.
+
+To add an architecture, decorate its builder with ``@register("name")`` in the module
+that defines it, and import that module below.
+"""
+
+from models.registry import create, names, register
+
+# Importing the model modules runs their @register decorators.
+from models import resnet, small  # noqa: E402,F401
+
+__all__ = ["create", "names", "register"]

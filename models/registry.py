@@ -1,0 +1,59 @@
+"""The architecture registry: a name -> builder table that the model modules fill in.
+
+A module registers a builder with one decorator::
+
+    @register("tinynet")
+    def tinynet(num_classes=1000, **kwargs):
+        return TinyNet(num_classes=num_classes, **kwargs)
+
+Every builder takes ``num_classes`` and returns an ``nn.Module``. This module imports no
+model module itself, so the model modules can import ``register`` from here freely.
+"""
+
+import difflib
+import re
+
+from devicekit.errors import UsageError
+
+_BUILDERS = {}
+
+
+def register(name):
+    """Decorator: record ``builder`` under ``name``; a second builder for a name is a bug."""
+
+    def decorate(builder):
+        if name in _BUILDERS:
+            raise ValueError(f"architecture {name!r} is registered twice")
+        _BUILDERS[name] = builder
+        return builder
+
+    return decorate
+
+
+def _natural_key(name):
+    """Sort digits as numbers: resnet18 < resnet34 < resnet50 < resnet101."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def names():
+    """The registered architecture names, sorted (numbers in names sort by value)."""
+    return sorted(_BUILDERS, key=_natural_key)
+
+
+def create(name, num_classes=1000, **kwargs):
+    """Build the architecture ``name`` with a ``num_classes``-way classifier head.
+
+    An unknown name, or a class count below 1, raises :class:`UsageError` with one line
+    that lists the choices (and the closest name, when one is close).
+    """
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        choices = names()
+        message = f"unknown architecture {name!r}: choose one of {', '.join(choices)}"
+        close = difflib.get_close_matches(str(name), choices, n=1)
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
+        raise UsageError(message)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise UsageError(f"num_classes must be a whole number >= 1, got {num_classes!r}")
+    return builder(num_classes=num_classes, **kwargs)

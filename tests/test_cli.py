@@ -1,0 +1,78 @@
+"""The devicekit command line: doctor's report and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from devicekit import kinds
+from devicekit.distributed import init_process_group, process_group
+from devicekit.errors import UsageError
+from devicekit.launch import resolve_launch
+
+from conftest import clean_environ
+
+
+def devicekit_cli(*args, **env):
+    return subprocess.run([sys.executable, "-m", "devicekit", *args], env=clean_environ(**env),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_doctor_json_explains_this_machine():
+    result = devicekit_cli("doctor", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["torch"].startswith("2.")
+    assert info["torch_npu"]["state"] in ("not installed", "ok", "CANN missing", "import failed")
+    assert (info["device"], info["backend"], info["devices_per_node"]) == ("cpu", "gloo", 1)
+    assert info["launcher"].startswith("none")
+    assert info["next"] == "python -m devicekit check --nproc-per-node 2"
+    assert info["problems"] == []
+    assert set(info["hccl"]) >= {"HCCL_CONNECT_TIMEOUT", "HCCL_IF_IP"}
+    assert set(info["visible_devices"]) == {"ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}
+
+
+def test_doctor_sees_the_launcher_and_reports_problems():
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500",
+           "TORCHELASTIC_RUN_ID": "x"}
+    result = devicekit_cli("doctor", **env)
+    assert result.returncode == 2
+    assert "launcher     torchrun" in result.stdout
+    assert "PROBLEM      MASTER_ADDR is not set" in result.stdout
+
+
+def test_doctor_human_report_names_the_choice():
+    result = devicekit_cli("doctor", "--device", "cpu")
+    assert result.returncode == 0
+    assert "chosen       cpu with backend gloo" in result.stdout
+    assert "next         python -m devicekit check --nproc-per-node 2" in result.stdout
+
+
+@pytest.mark.parametrize("args,env,needle", [
+    (["check", "--device", "tpu"], {}, "unknown device 'tpu'"),
+    (["check", "--device", "cuda"], {}, "no CUDA support"),
+    (["check"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": "1"},
+     "MASTER_ADDR is not set"),
+    (["check"], {"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "1"}, "RANK=2 is not below WORLD_SIZE=2"),
+    (["check", "--nproc-per-node", "2"], {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+     "drop --nproc-per-node"),
+    (["check", "--dist-timeout", "0", "--nproc-per-node", "2"], {}, "--dist-timeout 0"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, env, needle):
+    result = devicekit_cli(*args, **env)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: ") and needle in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_single_process_group_is_not_created_but_the_exit_path_is_safe():
+    cpu = kinds.get("cpu")
+    ctx = resolve_launch(kind=cpu)
+    with process_group(ctx, cpu) as backend:
+        assert backend is None
+    with pytest.raises(UsageError, match="--dist-timeout -1"):
+        init_process_group(ctx, cpu, timeout_s=-1)

@@ -1,0 +1,172 @@
+"""Each device kind's decisions, the registry, detection and backend mapping."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import devicekit
+from devicekit import kinds
+from devicekit.detect import resolve_kind
+from devicekit.distributed import resolve_backend
+from devicekit.errors import UsageError
+from devicekit.kinds.visible import parse_ascend, parse_cuda
+
+from conftest import clean_environ
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Pretend torch was built with CUDA and two GPUs are visible; record device calls."""
+    calls = []
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append(("synchronize",)))
+    return calls
+
+
+def test_registry_names_and_aliases():
+    assert kinds.names() == ["npu", "cuda", "cpu"]
+    assert kinds.get("gpu") is kinds.get("cuda")
+    assert kinds.get("CPU").name == "cpu"
+    with pytest.raises(UsageError, match="unknown device 'tpu': choose one of npu, cuda, cpu"):
+        kinds.get("tpu")
+
+
+@pytest.mark.parametrize("name,backend,visible", [
+    ("cpu", "gloo", None), ("cuda", "nccl", "CUDA_VISIBLE_DEVICES"),
+    ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES")])
+def test_backend_and_visible_variable(name, backend, visible):
+    kind = kinds.get(name)
+    assert kind.backend == backend
+    assert kind.visible_devices_env == visible
+
+
+def test_torch_default_backend_map_agrees():
+    # Where torch knows the device, devicekit's answer is torch's answer.
+    for name in ("cpu", "cuda"):
+        assert kinds.get(name).backend == torch.distributed.get_default_backend_for_device(name)
+
+
+def test_cpu_kind_decisions():
+    cpu = kinds.get("cpu")
+    assert cpu.is_available() and cpu.device_count() == 1
+    assert cpu.ddp_device_ids(0) is None and cpu.pin_memory is False
+    assert cpu.amp_dtype() == torch.bfloat16 and not cpu.needs_grad_scaler(torch.bfloat16)
+    assert cpu.memory_stats()["max_rss"] > 0
+    assert cpu.device() == torch.device("cpu")
+
+
+def test_cuda_kind_on_a_cpu_build_explains_itself():
+    with pytest.raises(UsageError, match="--device cuda: this torch has no CUDA support"):
+        resolve_kind("cuda")
+    with pytest.raises(UsageError, match="no CUDA support"):
+        resolve_kind("gpu")
+
+
+def test_cuda_kind_decisions(fake_cuda):
+    cuda = kinds.get("cuda")
+    assert cuda.is_available() and cuda.device_count() == 2
+    assert cuda.ddp_device_ids(1) == [1] and cuda.pin_memory
+    assert cuda.amp_dtype() == torch.float16 and cuda.needs_grad_scaler(torch.float16)
+    assert cuda.amp_dtype("bf16") == torch.bfloat16
+    assert not cuda.needs_grad_scaler(cuda.amp_dtype("bfloat16"))
+    cuda.set_device(1)
+    cuda.synchronize()
+    assert fake_cuda == [("set_device", 1), ("synchronize",)]
+    assert cuda.device(1) == torch.device("cuda", 1)
+
+
+def test_auto_prefers_cuda_over_cpu(fake_cuda):
+    assert resolve_kind().name == "cuda"
+
+
+def test_transfer_to_npu_shim_does_not_make_cuda_look_present(monkeypatch):
+    # transfer_to_npu patches torch.cuda.is_available to True; torch.accelerator is not fooled.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert resolve_kind().name == "cpu"
+    assert not kinds.get("cuda").is_available()
+
+
+def test_environment_variable_and_explicit_argument(monkeypatch, fake_cuda):
+    monkeypatch.setenv("DEVICEKIT_DEVICE", "cpu")
+    assert resolve_kind().name == "cpu"
+    assert resolve_kind("cuda").name == "cuda"
+    monkeypatch.setenv("DEVICEKIT_DEVICE", "auto")
+    assert resolve_kind().name == "cuda"
+
+
+def test_cuda_visible_devices_checked(monkeypatch, fake_cuda):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,0")
+    with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES='0,0' lists device 0 twice"):
+        resolve_kind("cuda")
+
+
+def test_visible_device_parsers():
+    var = "ASCEND_RT_VISIBLE_DEVICES"
+    assert parse_ascend(var, "0,1,4") == [0, 1, 4]
+    assert parse_ascend(var, "") == []
+    with pytest.raises(UsageError, match="not in ascending order.*write ASCEND_RT_VISIBLE_DEVICES=0,1"):
+        parse_ascend(var, "1,0")
+    with pytest.raises(UsageError, match="lists device 2 twice"):
+        parse_ascend(var, "2,2")
+    with pytest.raises(UsageError, match="'x' is not a device id"):
+        parse_ascend(var, "0,x")
+    with pytest.raises(UsageError, match="empty entry"):
+        parse_ascend(var, "0,,1")
+    assert parse_cuda("CUDA_VISIBLE_DEVICES", "3,1") == [3, 1]
+    assert parse_cuda("CUDA_VISIBLE_DEVICES", "GPU-8a3f-11") == ["GPU-8a3f-11"]
+    with pytest.raises(UsageError, match="CUDA ignores every device from there on"):
+        parse_cuda("CUDA_VISIBLE_DEVICES", "0,gpu1")
+
+
+@pytest.mark.parametrize("requested,kind,expected,warns", [
+    (None, "cpu", "gloo", False), ("gloo", "cpu", "gloo", False),
+    ("nccl", "cpu", "gloo", True), ("hccl", "cpu", "gloo", True),
+    ("nccl", "npu", "hccl", True), ("gloo", "npu", "hccl", True),
+    ("gloo", "cuda", "gloo", False), ("hccl", "cuda", "nccl", True)])
+def test_backend_that_contradicts_the_device_is_mapped(requested, kind, expected, warns, capsys):
+    assert resolve_backend(kinds.get(kind), requested) == expected
+    err = capsys.readouterr().err
+    assert (err.count("warning") == 1) == warns
+    if requested == "hccl" and warns:
+        assert "Habana" in err
+
+
+def test_amp_helpers():
+    cpu = kinds.get("cpu")
+    assert devicekit.grad_scaler(cpu) is None
+    with devicekit.autocast(cpu):
+        out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
+    assert out.dtype == torch.bfloat16
+    with devicekit.autocast(cpu, enabled=False):
+        assert torch.nn.Linear(4, 4)(torch.ones(2, 4)).dtype == torch.float32
+    scaler = devicekit.grad_scaler(cpu, dtype="float16", init_scale=1024)
+    assert scaler is not None and scaler.get_scale() == 1024
+    with pytest.raises(UsageError, match="unknown AMP dtype 'int8'"):
+        cpu.amp_dtype("int8")
+
+
+def test_seeding_is_per_rank_and_repeatable():
+    devicekit.seed_everything(7, rank=0)
+    first = torch.rand(3)
+    devicekit.seed_everything(7, rank=0)
+    assert torch.equal(first, torch.rand(3))
+    devicekit.seed_everything(7, rank=1)
+    assert not torch.equal(first, torch.rand(3))
+
+
+def test_import_devicekit_leaves_torch_npu_alone_and_switches_autoload_off():
+    code = ("import os, sys, devicekit; assert 'torch_npu' not in sys.modules; "
+            "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])")
+    out = subprocess.run([sys.executable, "-c", code], env=clean_environ(), timeout=120,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0"
+    env = clean_environ(TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"  # the user's choice stands

@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from devicekit import check, doctor
+from devicekit.detect import resolve_kind
 from devicekit.errors import exit_on_usage_error
 from devicekit.launch import pop_local_rank
 
@@ -16,6 +17,10 @@ def _parser():
     explain = commands.add_parser("doctor", help="explain this machine and what devicekit chooses")
     explain.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
     explain.add_argument("--json", action="store_true", help="print JSON")
+
+    count = commands.add_parser(
+        "nproc", help="print how many ranks to start per node here (launch/run_8p.sh uses it)")
+    count.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
 
     prove = commands.add_parser(
         "check", help="verify collectives across all ranks and time all_reduce")
@@ -40,7 +45,12 @@ def main(argv=None):
     argv, local_rank = pop_local_rank(argv)
     args = _parser().parse_args(argv)
     args.local_rank = local_rank
-    return {"doctor": doctor.main, "check": check.main}[args.command](args)
+    return {"doctor": doctor.main, "check": check.main, "nproc": _nproc}[args.command](args)
+
+
+def _nproc(args):
+    print(resolve_kind(args.device).default_ranks_per_node())
+    return 0
 
 
 if __name__ == "__main__":

@@ -13,16 +13,15 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from devicekit import kinds
 from devicekit.detect import resolve_kind
 from devicekit.distributed import process_group, timeout_seconds
-from devicekit.errors import UsageError, exit_on_usage_error
+from devicekit.errors import UsageError
 from devicekit.launch import LaunchOptions, launcher_of, resolve_launch
+from devicekit.processes import spawn
 
 EXIT_DISAGREE = 1
-CPU_DEFAULT_RANKS = 2
 WARMUP = 2
 
 
@@ -100,7 +99,7 @@ def run_rank(ctx, kind, backend=None, timeout_s=None, max_bytes=64 << 20, as_jso
             raise UsageError(
                 "devicekit check needs at least 2 ranks: start it under a launcher, or pass "
                 "--nproc-per-node 2 (or more) to let it spawn them")
-        device = kind.device(ctx.device_index) if kind.is_accelerator else kind.device()
+        device = kind.device_for(ctx)
         results = _verify(ctx, device)
         mine = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(),
                 "device": str(device), "ok": all(results.values()),
@@ -144,7 +143,6 @@ def _human_bytes(nbytes):
     return str(nbytes)
 
 
-@exit_on_usage_error
 def _spawned_rank(index, parent_ctx, kind_name, backend, timeout_s, max_bytes, as_json):
     ctx = parent_ctx.for_spawned_rank(index)
     if not run_rank(ctx, kinds.get(kind_name), backend, timeout_s, max_bytes, as_json):
@@ -164,17 +162,12 @@ def main(args):
                              args.json) else EXIT_DISAGREE
     nprocs = args.nproc_per_node
     if nprocs is None:
-        nprocs = kind.device_count() if kind.is_accelerator else CPU_DEFAULT_RANKS
+        nprocs = kind.default_ranks_per_node()
     ctx = resolve_launch(LaunchOptions(multiprocessing_distributed=True, nproc_per_node=nprocs),
                          kind=kind)
     if ctx.world_size < 2:
         raise UsageError(f"devicekit check needs at least 2 ranks and {kind.name} gives "
                          f"{ctx.world_size} here: pass --nproc-per-node 2 or more")
-    try:
-        mp.start_processes(_spawned_rank, nprocs=ctx.local_world_size, join=True,
-                           start_method=kind.start_method,
-                           args=(ctx, kind.name, args.dist_backend, args.dist_timeout,
-                                 args.max_bytes, args.json))
-    except mp.ProcessExitedException as error:
-        return error.exit_code if error.exit_code and error.exit_code > 0 else EXIT_DISAGREE
-    return 0
+    return spawn(_spawned_rank, ctx.local_world_size, kind=kind,
+                 args=(ctx, kind.name, args.dist_backend, args.dist_timeout, args.max_bytes,
+                       args.json))

@@ -16,7 +16,9 @@ def resolve_kind(requested=None, environ=None):
     usable kind in registry order and says so once when an installed NPU stack cannot load.
     """
     environ = os.environ if environ is None else environ
-    choice = requested if requested not in (None, "", "auto") else environ.get(ENV_VAR, "auto")
+    choice = str(requested or "auto").lower()
+    if choice == "auto":
+        choice = environ.get(ENV_VAR, "auto").strip().lower()
     if choice not in ("", "auto"):
         kind = kinds.get(choice)
         kind.ensure_usable()

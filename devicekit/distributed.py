@@ -99,3 +99,28 @@ def barrier():
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
+
+
+def wrap_ddp(model, kind, ctx, **kwargs):
+    """`model` wrapped in DistributedDataParallel for a multi-rank run (else unchanged),
+    with the device_ids the kind wants (accelerators: this rank's device; CPU: none)."""
+    if not ctx.distributed:
+        return model
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=kind.ddp_device_ids(ctx.device_index), **kwargs)
+
+
+def broadcast_buffers(module, src=0):
+    """Copy rank `src`'s buffers (batch-norm statistics) to every rank, so all ranks
+    evaluate the model that rank 0 checkpoints."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for buffer in module.buffers():
+        dist.broadcast(buffer, src)
+
+
+def all_reduce_sum(tensor):
+    """Sum `tensor` over all ranks in place (no-op without a process group); returns it."""
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor

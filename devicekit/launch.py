@@ -32,6 +32,7 @@ class LaunchOptions:
     port: int = None  # --port (Ascend scripts)
     multiprocessing_distributed: bool = False
     nproc_per_node: int = None  # processes per node when spawning
+    device_list: tuple = None  # --device-list: the device ids of this node's processes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,7 @@ class LaunchContext:
     master_addr: str
     master_port: int
     device_index: int
+    device_list: tuple = None
 
     @property
     def distributed(self):
@@ -71,8 +73,8 @@ class LaunchContext:
     def for_spawned_rank(self, index):
         """The context of the `index`-th process spawned on this node (spawn mode)."""
         return dataclasses.replace(
-            self, rank=self.node_rank * self.local_world_size + index,
-            local_rank=index, device_index=index)
+            self, rank=self.node_rank * self.local_world_size + index, local_rank=index,
+            device_index=self.device_list[index] if self.device_list else index)
 
     def describe(self):
         """A one-line summary for logs."""
@@ -159,6 +161,16 @@ def _master(options, environ, nnodes, default_port):
     return addr, port
 
 
+def _listed_device(options, local_rank, source):
+    """The device of local rank `local_rank`: its entry in --device-list, or the rank itself."""
+    if not options.device_list:
+        return local_rank
+    if local_rank >= len(options.device_list):
+        raise UsageError(f"{source}={local_rank} has no entry in --device-list "
+                         f"{','.join(map(str, options.device_list))}: list one device per process")
+    return options.device_list[local_rank]
+
+
 def _check_device(ctx, kind, source):
     if kind is None or not kind.is_accelerator:
         return ctx
@@ -222,8 +234,9 @@ def _from_env(options, environ, kind):
     else:
         mode = "env"
     ctx = LaunchContext(mode, rank, local_rank, world_size, local_world_size, node_rank,
-                        world_size // local_world_size, environ["MASTER_ADDR"], port, local_rank)
-    return _check_device(ctx, kind, "LOCAL_RANK")
+                        world_size // local_world_size, environ["MASTER_ADDR"], port,
+                        _listed_device(options, local_rank, "LOCAL_RANK"))
+    return _check_device(ctx, kind, "LOCAL_RANK" if not options.device_list else "--device-list")
 
 
 def _from_ascend(options, environ, kind):
@@ -236,7 +249,8 @@ def _from_ascend(options, environ, kind):
                          f"idiom) is not below --world-size {nnodes} (the number of nodes)")
     if rank_id >= local_world_size:
         raise UsageError(f"RANK_ID={rank_id} is not below RANK_SIZE={local_world_size}")
-    device_index = rank_id if options.gpu is None else _int(options.gpu, "--gpu")
+    device_index = (_listed_device(options, rank_id, "RANK_ID") if options.gpu is None
+                    else _int(options.gpu, "--gpu"))
     addr, port = _master(options, environ, nnodes, DEFAULT_PORT)
     ctx = LaunchContext("ascend", node_rank * local_world_size + rank_id, rank_id,
                         nnodes * local_world_size, local_world_size, node_rank, nnodes,
@@ -271,7 +285,15 @@ def _from_scheduler(mode, names, options, environ, kind):
 
 
 def _spawn_parent(options, environ, kind):
-    if options.nproc_per_node is not None:
+    if options.device_list:
+        nprocs = len(options.device_list)
+        if options.nproc_per_node not in (None, nprocs):
+            raise UsageError(f"--nproc-per-node {options.nproc_per_node} disagrees with the "
+                             f"{nprocs} ids of --device-list: give one of them")
+        if kind is not None and kind.is_accelerator and max(options.device_list) >= kind.device_count():
+            raise UsageError(f"--device-list {','.join(map(str, options.device_list))} names a "
+                             f"device beyond the {kind.device_count()} visible {kind.name} device(s)")
+    elif options.nproc_per_node is not None:
         nprocs = _int(options.nproc_per_node, "--nproc-per-node", 1)
         if kind is not None and kind.is_accelerator and nprocs > kind.device_count():
             raise UsageError(
@@ -287,8 +309,9 @@ def _spawn_parent(options, environ, kind):
         raise UsageError(f"--rank {node_rank} (the node rank with --multiprocessing-distributed)"
                          f" is not below --world-size {nnodes} (the number of nodes)")
     addr, port = _master(options, environ, nnodes, None if nnodes == 1 else DEFAULT_PORT)
+    device_list = tuple(options.device_list) if options.device_list else None
     return LaunchContext("spawn", node_rank * nprocs, 0, nnodes * nprocs, nprocs, node_rank,
-                         nnodes, addr, port, 0)
+                         nnodes, addr, port, device_list[0] if device_list else 0, device_list)
 
 
 def _from_cli(options, environ, kind):

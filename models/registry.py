@@ -40,20 +40,25 @@ def names():
     return sorted(_BUILDERS, key=_natural_key)
 
 
-def create(name, num_classes=1000, **kwargs):
-    """Build the architecture ``name`` with a ``num_classes``-way classifier head.
-
-    An unknown name, or a class count below 1, raises :class:`UsageError` with one line
-    that lists the choices (and the closest name, when one is close).
-    """
-    builder = _BUILDERS.get(name)
-    if builder is None:
+def check_name(name):
+    """Raise :class:`UsageError` unless ``name`` is registered: one line that lists the
+    choices (and the closest name, when one is close)."""
+    if name not in _BUILDERS:
         choices = names()
         message = f"unknown architecture {name!r}: choose one of {', '.join(choices)}"
         close = difflib.get_close_matches(str(name), choices, n=1)
         if close:
             message += f" (did you mean {close[0]!r}?)"
         raise UsageError(message)
+
+
+def create(name, num_classes=1000, **kwargs):
+    """Build the architecture ``name`` with a ``num_classes``-way classifier head.
+
+    An unknown name, or a class count below 1, raises :class:`UsageError`.
+    """
+    check_name(name)
+    builder = _BUILDERS[name]
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise UsageError(f"num_classes must be a whole number >= 1, got {num_classes!r}")
     return builder(num_classes=num_classes, **kwargs)

@@ -238,3 +238,15 @@ def test_launcher_of_reads_without_validating():
 def test_describe_mentions_the_rank():
     assert "rank 3/4" in resolve(TORCHRUN).describe()
 
+
+
+def test_device_list_maps_local_ranks_to_devices():
+    ctx = resolve({}, kind=FakeAccelerator(8), multiprocessing_distributed=True,
+                  device_list=(4, 5, 6, 7))
+    assert ctx.world_size == 4
+    assert [ctx.for_spawned_rank(i).device_index for i in range(4)] == [4, 5, 6, 7]
+    assert resolve(TORCHRUN, kind=FakeAccelerator(8), device_list=(2, 3)).device_index == 3
+    with pytest.raises(UsageError, match="LOCAL_RANK=1 has no entry in --device-list 2"):
+        resolve(TORCHRUN, device_list=(2,))
+    with pytest.raises(UsageError, match="names a device beyond the 4 visible"):
+        resolve({}, kind=FakeAccelerator(4), multiprocessing_distributed=True, device_list=(3, 4))

@@ -131,7 +131,7 @@ def test_register_adds_a_name_and_refuses_duplicates():
 
 def test_model_sources_name_no_device():
     sources = pathlib.Path(models.__file__).parent.glob("*.py")
-    pattern = re.compile(r"cuda|npu|\bgpu\b|\.to\(|device", re.IGNORECASE)
+    pattern = re.compile(r"cuda|npu|\bgpu\b|\.to\(|\bdevice\b", re.IGNORECASE)
     for path in sources:
         hits = [line for line in path.read_text().splitlines() if pattern.search(line)]
         assert hits == [], f"{path.name} names a device: {hits}"

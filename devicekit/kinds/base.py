@@ -55,13 +55,24 @@ class DeviceKind:
         """Devices of this kind this process may use (the visible-devices variable honoured)."""
         raise NotImplementedError
 
+    def default_ranks_per_node(self):
+        """How many ranks a launcher starts per node when not told: one per device."""
+        return self.device_count()
+
     # -- placement ------------------------------------------------------------------
     def device(self, index=None):
         """The torch.device for local device `index` (or the kind's device when None)."""
         return torch.device(self.name) if index is None else torch.device(self.name, index)
 
+    def device_for(self, ctx):
+        """The torch.device the rank described by LaunchContext `ctx` computes on."""
+        return self.device(ctx.device_index) if self.is_accelerator else self.device()
+
     def set_device(self, index):
         """Make local device `index` this process's current device."""
+
+    def configure_host_threads(self, local_world_size, environ):
+        """Set the host threads of one of `local_world_size` processes on this node."""
 
     def synchronize(self):
         """Wait for all queued work on the current device."""

@@ -1,5 +1,6 @@
 """The CPU: always present, one device, collectives over gloo."""
 
+import os
 import resource
 
 import torch
@@ -18,6 +19,19 @@ class CpuKind(DeviceKind):
 
     def device_count(self):
         return 1
+
+    def default_ranks_per_node(self):
+        # Two ranks exercise the distributed path and split a small CPU's cores evenly.
+        return min(2, len(os.sched_getaffinity(0)))
+
+    def configure_host_threads(self, local_world_size, environ):
+        # The ranks of a node share its cores: cores / ranks each, unless the user chose
+        # (torchrun sets OMP_NUM_THREADS=1 when it starts several ranks and none was set).
+        if "OMP_NUM_THREADS" in environ:
+            return torch.get_num_threads()
+        threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size))
+        torch.set_num_threads(threads)
+        return threads
 
     def memory_stats(self):
         # ru_maxrss is in KiB on Linux: the process's peak resident memory.

@@ -64,7 +64,9 @@ class NpuKind(AcceleratorKind):
             import torch_npu  # noqa: F401  (registers torch.npu and the hccl backend)
         except ImportError as error:
             missing = str(error).split(":")[0]
-            if ".so" in missing:
+            # Only the loader's "not found" means CANN is off the library path; an
+            # "undefined symbol" in a .so found is a version mismatch, not a missing CANN.
+            if ".so" in missing and "cannot open shared object file" in str(error):
                 self._load_error = ("CANN missing", (
                     f"--device npu: torch_npu is installed but the CANN libraries are not "
                     f"on the library path ({missing} not found): run `source {CANN_SET_ENV}` "

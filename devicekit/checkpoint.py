@@ -1,0 +1,91 @@
+"""Portable checkpoints: written atomically by one rank, loaded safely on any kind.
+
+A checkpoint is a plain dict of tensors and plain values. It is written to a temporary
+file beside the target, flushed, fsync'ed and renamed over the target, so a crash at any
+moment leaves the previous checkpoint intact. Loading maps to the CPU first (a file
+written on an NPU loads on a GPU or CPU) and uses `weights_only=True`, so a file that
+would run code when unpickled is refused.
+"""
+
+import os
+import pickle
+import tempfile
+import zipfile
+
+import torch
+
+from devicekit.errors import UsageError
+
+PREFIX = "module."
+
+
+def strip_prefix(state_dict, prefix=PREFIX):
+    """The state_dict without DDP's `module.` prefix on every key (if all keys carry it)."""
+    if state_dict and all(key.startswith(prefix) for key in state_dict):
+        return {key[len(prefix):]: value for key, value in state_dict.items()}
+    return dict(state_dict)
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_atomic(obj, path):
+    """torch.save `obj` to `path` so that `path` is always either the old or the new file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def load(path, what="checkpoint"):
+    """Load a checkpoint onto the CPU with weights_only=True; user-facing errors as UsageError."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{what} {path!r} does not exist: check the path")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights only" in str(error).lower() or "weights_only" in str(error):
+            raise UsageError(
+                f"{what} {path!r} holds objects other than tensors and plain values, which "
+                "could run code when loaded; refusing it (weights_only=True). Re-save it as a "
+                "plain state_dict from a trusted source") from None
+        raise UsageError(f"{what} {path!r} is corrupt ({error}): use an intact copy") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(
+            f"{what} {path!r} is truncated or not a PyTorch checkpoint ({first}): use an intact "
+            "copy, e.g. the previous checkpoint.pth.tar") from None
+
+
+def load_state_dict_into(model, state_dict, source):
+    """Load `state_dict` (prefix stripped) into `model`; a mismatch is a UsageError."""
+    state_dict = strip_prefix(state_dict)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    wrong_shape = sorted(key for key in set(own) & set(state_dict)
+                         if tuple(own[key].shape) != tuple(state_dict[key].shape))
+    if missing or unexpected or wrong_shape:
+        details = []
+        for label, keys in (("missing", missing), ("unexpected", unexpected),
+                            ("wrong shape", wrong_shape)):
+            if keys:
+                details.append(f"{len(keys)} {label} (e.g. {keys[0]})")
+        raise UsageError(f"{source} does not fit this model: {', '.join(details)}; check --arch "
+                         "and --num-classes")
+    model.load_state_dict(state_dict)

@@ -1,0 +1,325 @@
+"""Real multi-process runs of `python -m devicekit check` (gloo on loopback, 2 ranks).
+
+Every way of starting the check must pass and report the same correctness results:
+torchrun, torch.distributed.launch, devicekit's own spawn, a per-rank shell loop (with
+LOCAL_RANK exported, or with the legacy `--local_rank N` argument) and Ascend's
+RANK_ID/RANK_SIZE idiom. Then the failure paths: a rank that sees a wrong result, a master
+port already taken, a rank that never arrives, and too few ranks.
+
+Each child runs in its own session with an explicit environment; its output goes to files
+(no pipe can fill up), every wait has a timeout, and every process group this module
+started is killed when its test ends, so nothing is left running.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from devicekit.launch import find_free_port
+
+REPO = Path(__file__).resolve().parents[1]
+HELPER_DISAGREE = Path(__file__).resolve().parent / "check_rank_disagrees.py"
+
+NPROC = 2
+MAX_BYTES = 65536
+CHECK_ARGS = ["check", "--json", "--max-bytes", str(MAX_BYTES)]
+RUN_TIMEOUT_S = 180  # a whole 2-rank check on 2 busy cores takes ~5-10 s
+FAIL_TIMEOUT_S = 60  # the failure paths must give up well within this
+
+# Variables a launcher, a scheduler or a previous run may have left in the test's own
+# environment; none of them may leak into a child.
+_LAUNCH_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK",
+                "RANK_ID", "RANK_SIZE", "DEVICEKIT_DEVICE"}
+_LAUNCH_PREFIXES = ("MASTER_", "TORCHELASTIC", "SLURM", "OMPI", "PMI_", "PMIX_")
+
+LAUNCHERS = ["torchrun", "launch", "spawn", "env", "env-legacy-local-rank", "ascend"]
+# The LaunchContext.mode each start reports. The legacy `--local_rank N` argument is what
+# torch 1.x's torch.distributed.launch appended (without exporting LOCAL_RANK), so
+# devicekit labels it "launch" -- it cannot tell that from a hand-written loop.
+EXPECTED_MODE = {"torchrun": "torchrun", "launch": "launch", "spawn": "spawn", "env": "env",
+                 "env-legacy-local-rank": "launch", "ascend": "ascend"}
+
+
+def child_env(**extra):
+    """os.environ without any launch variables, devicekit importable, cpu forced, one
+    OpenMP thread per process (2 ranks share 2 cores), plus `extra`."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in _LAUNCH_VARS and not name.startswith(_LAUNCH_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["DEVICEKIT_DEVICE"] = "cpu"  # gloo on loopback even where an accelerator exists
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({name: str(value) for name, value in extra.items()})
+    return env
+
+
+def devicekit_cmd(*args):
+    return [sys.executable, "-m", "devicekit", *args]
+
+
+class Finished:
+    """What one process left behind."""
+
+    def __init__(self, returncode, stdout, stderr, seconds):
+        self.returncode, self.stdout, self.stderr, self.seconds = (
+            returncode, stdout, stderr, seconds)
+
+    def stderr_lines(self):
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+class Processes:
+    """Processes started by one test; on exit every one of their process groups is killed."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._started = []  # (Popen, stdout file, stderr file, start time)
+
+    def __enter__(self):
+        return self
+
+    def start(self, name, argv, env):
+        out = open(self.directory / f"{name}.stdout", "w+")
+        err = open(self.directory / f"{name}.stderr", "w+")
+        # Its own session, so the launcher's workers can be killed with it.
+        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True)
+        self._started.append((proc, out, err, time.monotonic()))
+        return proc
+
+    def _entry(self, proc):
+        return next(entry for entry in self._started if entry[0] is proc)
+
+    def read(self, proc):
+        _, out, err, started = self._entry(proc)
+        out.flush()
+        err.flush()
+        out.seek(0)
+        err.seek(0)
+        return Finished(proc.returncode, out.read(), err.read(), time.monotonic() - started)
+
+    def finish(self, proc, timeout):
+        """Wait for `proc` (at most `timeout` s from now) and return what it left."""
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            left = self.read(proc)
+            pytest.fail(f"{proc.args} did not finish within {timeout} s\n"
+                        f"--- stdout\n{left.stdout}\n--- stderr\n{left.stderr}")
+        return self.read(proc)
+
+    def finish_all(self, procs, timeout):
+        deadline = time.monotonic() + timeout
+        return [self.finish(proc, max(1.0, deadline - time.monotonic())) for proc in procs]
+
+    def __exit__(self, *exc):
+        for proc, out, err, _ in self._started:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group this test created
+            except (ProcessLookupError, PermissionError):
+                pass  # already gone with all its children
+            proc.wait()
+            out.close()
+            err.close()
+        return False
+
+
+def start_env_ranks(procs, argv_for_rank, env_for_rank, nprocs=NPROC, name="rank"):
+    """The per-rank shell loop: one process per rank, started by the test."""
+    return [procs.start(f"{name}{i}", argv_for_rank(i), env_for_rank(i)) for i in range(nprocs)]
+
+
+def loop_env(port, i, local_rank=True):
+    extra = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=NPROC, RANK=i,
+                 LOCAL_WORLD_SIZE=NPROC)
+    if local_rank:
+        extra["LOCAL_RANK"] = i
+    return child_env(**extra)
+
+
+def describe(results):
+    return "\n".join(f"--- process {i}: exit {r.returncode}\n[stdout]\n{r.stdout}\n"
+                     f"[stderr]\n{r.stderr}" for i, r in enumerate(results))
+
+
+def run_launcher(name, directory):
+    """Start the check the way `name` does; return (results of every process we started,
+    rank 0's report parsed from JSON, rank 1's own stdout or None when a launcher merges it)."""
+    with Processes(directory) as procs:
+        if name in ("torchrun", "launch", "spawn"):
+            if name == "torchrun":
+                argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", str(NPROC), "-m", "devicekit", *CHECK_ARGS]
+            elif name == "launch":
+                # Its static rendezvous defaults to port 29500: give it a free one.
+                argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node",
+                        str(NPROC), "--master_addr", "127.0.0.1", "--master_port",
+                        str(find_free_port()), "-m", "devicekit", *CHECK_ARGS]
+            else:
+                argv = devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", str(NPROC))
+            started = [procs.start(name, argv, child_env())]
+        else:
+            port = find_free_port()
+            if name == "env":
+                started = start_env_ranks(procs, lambda i: devicekit_cmd(*CHECK_ARGS),
+                                          lambda i: loop_env(port, i))
+            elif name == "env-legacy-local-rank":
+                started = start_env_ranks(
+                    procs, lambda i: devicekit_cmd("--local_rank", str(i), *CHECK_ARGS),
+                    lambda i: loop_env(port, i, local_rank=False))
+            else:  # ascend
+                started = start_env_ranks(
+                    procs, lambda i: devicekit_cmd(*CHECK_ARGS),
+                    lambda i: child_env(RANK_ID=i, RANK_SIZE=NPROC, MASTER_ADDR="127.0.0.1",
+                                        MASTER_PORT=port))
+        results = procs.finish_all(started, RUN_TIMEOUT_S)
+    for result in results:
+        assert result.returncode == 0, describe(results)
+        assert "Traceback" not in result.stderr, describe(results)
+    # The whole stdout of rank 0 (of the launcher, where ranks share it) must be one JSON
+    # document: anything rank 1 printed there would make it fail to parse.
+    try:
+        report = json.loads(results[0].stdout)
+    except json.JSONDecodeError as error:
+        pytest.fail(f"stdout is not exactly one JSON report ({error})\n{describe(results)}")
+    rank1_stdout = results[1].stdout if len(results) > 1 else None
+    return results, report, rank1_stdout
+
+
+@pytest.fixture(scope="module")
+def launcher_runs(tmp_path_factory):
+    """Each launcher's run, made once per module and shared by the tests that need it."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = run_launcher(name, tmp_path_factory.mktemp(name))
+        return cache[name]
+
+    return get
+
+
+def correctness(report):
+    """The part of a report that must not depend on how the ranks were started."""
+    return {
+        "ok": report["ok"], "world_size": report["world_size"], "nnodes": report["nnodes"],
+        "backend": report["backend"], "device": report["device"], "checks": report["checks"],
+        "ranks": [{key: entry[key] for key in ("rank", "local_rank", "ok")}
+                  for entry in report["ranks"]],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_check_passes_under_launcher(launcher, launcher_runs):
+    results, report, rank1_stdout = launcher_runs(launcher)
+    assert report["ok"] is True
+    assert report["world_size"] == NPROC
+    assert report["nnodes"] == 1
+    assert report["backend"] == "gloo"
+    assert report["device"] == "cpu"
+    assert report["launcher"] == EXPECTED_MODE[launcher]
+    assert report["checks"] == ["all_gather", "all_reduce_max", "all_reduce_sum", "barrier",
+                                "broadcast"]
+    assert [(e["rank"], e["local_rank"], e["ok"], e["failed"]) for e in report["ranks"]] == [
+        (0, 0, True, []), (1, 1, True, [])]
+    sizes = [row["bytes"] for row in report["bandwidth"]]
+    assert sizes and sizes[-1] <= MAX_BYTES and sizes == sorted(sizes)
+    for row in report["bandwidth"]:
+        assert row["time_us"] > 0 and row["algbw_gbps"] > 0 and row["busbw_gbps"] > 0, row
+    if rank1_stdout is not None:  # ranks we started ourselves: rank 1 has its own stdout
+        assert rank1_stdout == "", "only rank 0 may report"
+
+
+@pytest.mark.slow
+def test_every_launcher_reports_the_same_correctness(launcher_runs):
+    reference = correctness(launcher_runs(LAUNCHERS[0])[1])
+    for launcher in LAUNCHERS[1:]:
+        assert correctness(launcher_runs(launcher)[1]) == reference, launcher
+
+
+# -- failure paths ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
+    port = find_free_port()
+    with Processes(tmp_path) as procs:
+        started = start_env_ranks(procs, lambda i: [sys.executable, str(HELPER_DISAGREE)],
+                                  lambda i: loop_env(port, i))
+        results = procs.finish_all(started, RUN_TIMEOUT_S)
+    for result in results:
+        assert result.returncode not in (0, None), describe(results)
+        assert result.returncode != 2, "a wrong result is not a usage error\n" + describe(results)
+        assert "Traceback" not in result.stderr, describe(results)
+    report = results[0].stdout
+    assert report.startswith("devicekit check: FAILED: 2 ranks"), describe(results)
+    assert re.search(r"^\s*rank\s+1 \(local 1\) .*: WRONG: all_reduce_sum$", report, re.M), report
+    assert re.search(r"^\s*rank\s+0 \(local 0\) .*: ok$", report, re.M), report
+    assert "busbw" not in report, "no timing after a wrong result"
+    assert results[1].stdout == "", "only rank 0 may report"
+
+
+@pytest.mark.slow
+def test_master_port_in_use_is_one_clear_line(tmp_path):
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with Processes(tmp_path) as procs:
+            started = start_env_ranks(
+                procs, lambda i: devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "10"),
+                lambda i: loop_env(port, i))
+            # Only rank 0 is judged. Rank 1 connects to the holder, which never answers
+            # torch's TCPStore handshake; it can block there regardless of --dist-timeout,
+            # so it is killed when this block ends instead of being waited for.
+            rank0 = procs.finish(started[0], FAIL_TIMEOUT_S)
+    finally:
+        holder.close()
+    assert rank0.returncode == 2, describe([rank0])
+    assert "Traceback" not in rank0.stderr, describe([rank0])
+    lines = rank0.stderr_lines()
+    assert len(lines) == 1, describe([rank0])
+    assert str(port) in lines[0] and "in use" in lines[0], lines[0]
+    assert rank0.stdout == ""
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_arrives_times_out(tmp_path):
+    port = find_free_port()
+    with Processes(tmp_path) as procs:
+        rank0 = procs.start("rank0", devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "5"),
+                            loop_env(port, 0))
+        result = procs.finish(rank0, FAIL_TIMEOUT_S)
+    assert result.returncode == 2, describe([result])
+    assert result.seconds < FAIL_TIMEOUT_S
+    assert "Traceback" not in result.stderr, describe([result])
+    lines = result.stderr_lines()
+    assert len(lines) == 1, describe([result])
+    assert "timeout" in lines[0].lower() and "5s" in lines[0], lines[0]
+    assert result.stdout == ""
+
+
+def test_check_refuses_a_single_rank(tmp_path):
+    with Processes(tmp_path) as procs:
+        proc = procs.start("single", devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", "1"),
+                           child_env())
+        result = procs.finish(proc, FAIL_TIMEOUT_S)
+    assert result.returncode == 2, describe([result])
+    assert "Traceback" not in result.stderr
+    lines = result.stderr_lines()
+    assert len(lines) == 1, describe([result])
+    assert "at least 2 ranks" in lines[0], lines[0]
+    assert result.stdout == ""

@@ -1,0 +1,266 @@
+"""The NPU kind driven against a simulated torch_npu (tests/fake_npu/torch_npu).
+
+Importing the fake renames PrivateUse1 to `npu`, registers `torch.npu` and the `hccl`
+backend: process-global and irreversible, so every scenario that loads it runs in a
+subprocess and reports JSON. The fake records each device call in `torch_npu.CALLS`, so a
+scenario can show that devicekit rejected a bad setting before touching the NPU.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicekit import kinds, resolve_backend
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_NPU = REPO / "tests" / "fake_npu"
+TIMEOUT_S = 120
+
+CANN_ERROR = "libhccl.so: cannot open shared object file: No such file or directory"
+
+# Variables that would change what a devicekit subprocess sees; each scenario sets its own.
+_SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "DEVICEKIT_DEVICE", "CUDA_VISIBLE_DEVICES",
+             "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID", "RANK_ID",
+             "RANK_SIZE", "RANK_TABLE_FILE", "TORCH_TRANSFER_TO_NPU"}
+_SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "SLURM_", "OMPI_", "FAKE_NPU_")
+
+# Runs before each scenario's code: `out` collects the answer, printed as JSON at the end
+# together with the fake's recorded calls (None when torch_npu was never imported).
+_PRELUDE = """
+import json, sys
+import torch
+import devicekit
+from devicekit import UsageError, kinds
+out = {}
+"""
+_EPILOGUE = """
+fake = sys.modules.get("torch_npu")
+out["calls"] = None if fake is None else list(fake.CALLS)
+print(json.dumps(out))
+"""
+
+
+def subprocess_env(fake=True, **overrides):
+    """os.environ without launcher/device variables; PYTHONPATH holds the fake torch_npu
+    (when `fake`) and the repo root; `overrides` applied."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in _SCRUBBED and not name.startswith(_SCRUBBED_PREFIXES)}
+    paths = [str(FAKE_NPU)] if fake else []
+    paths.append(str(REPO))
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(overrides)
+    return env
+
+
+def run_python(args, fake=True, **env):
+    """Run `python ARGS` from the repo root in subprocess_env(fake, **env), with a timeout."""
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=subprocess_env(fake, **env),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def scenario(code, *argv, fake=True, **env):
+    """Run `code` (after _PRELUDE, which defines `out`) in a fresh interpreter; return
+    (the JSON it reports, its stderr). Extra `argv` are in sys.argv[1:]."""
+    result = run_python(["-c", _PRELUDE + code + _EPILOGUE, *argv], fake=fake, **env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def error_line(result):
+    """The single line a CLI run that exited with code 2 printed on stderr."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+# -- the kind's answers ------------------------------------------------------------------------
+
+def test_npu_kind_answers_from_the_fake():
+    out, _ = scenario("""
+kind = devicekit.resolve_kind("npu")
+out.update(
+    same=kind is kinds.get("npu"), name=kind.name, backend=kind.backend,
+    torch_backend=torch.distributed.get_default_backend_for_device("npu"),
+    start_method=kind.start_method, device_count=kind.device_count(),
+    ddp_device_ids=kind.ddp_device_ids(3), pin_memory=kind.pin_memory,
+    amp_dtype=str(kind.amp_dtype()), scaler_fp16=kind.needs_grad_scaler(torch.float16),
+    scaler_bf16=kind.needs_grad_scaler(torch.bfloat16), device=str(kind.device(1)))
+""", FAKE_NPU_COUNT="8", ASCEND_RT_VISIBLE_DEVICES="0,1")
+    assert out["same"] and out["name"] == "npu"
+    assert out["torch_backend"] == "hccl" and out["backend"] == "hccl"
+    assert out["start_method"] == "spawn"
+    assert out["device_count"] == 2
+    assert out["ddp_device_ids"] == [3]
+    assert out["pin_memory"] is True
+    assert out["amp_dtype"] == "torch.float16"
+    assert out["scaler_fp16"] is True and out["scaler_bf16"] is False
+    assert out["device"] == "npu:1"
+    assert ["device_count"] in out["calls"]
+
+
+def test_memory_stats_and_synchronize_go_to_torch_npu():
+    out, _ = scenario("""
+kind = devicekit.resolve_kind("npu")
+start = len(sys.modules["torch_npu"].CALLS)
+kind.synchronize()
+out["stats"] = kind.memory_stats()
+out["start"] = start
+""", FAKE_NPU_COUNT="1")
+    assert out["stats"] == {"allocated": 0, "max_allocated": 0, "reserved": 0}
+    assert [call[0] for call in out["calls"][out["start"]:]] == [
+        "synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved"]
+
+
+# -- auto-detection ----------------------------------------------------------------------------
+
+_AUTO = """
+if sys.argv[1] == "cuda-present":
+    type(kinds.get("cuda")).probe = lambda self: (True, "")
+out["kind"] = devicekit.resolve_kind().name
+"""
+
+
+def test_auto_detection_prefers_npu_even_when_cuda_looks_present():
+    """transfer_to_npu makes CUDA look present on an NPU machine: NPU must win."""
+    out, _ = scenario(_AUTO, "cuda-present", FAKE_NPU_COUNT="2")
+    assert out["kind"] == "npu"
+
+
+def test_auto_detection_without_npus_picks_cpu():
+    out, stderr = scenario(_AUTO, "plain", FAKE_NPU_COUNT="0")
+    assert out["kind"] == "cpu"
+    assert "no NPU is usable" in stderr and "skipped npu" in stderr
+
+
+# -- ASCEND_RT_VISIBLE_DEVICES is validated before any NPU call --------------------------------
+
+@pytest.mark.parametrize("requested", ["npu", "auto"])
+@pytest.mark.parametrize("value, says", [("1,0", "ascending"), ("0,0", "twice"),
+                                         ("0,a", "not a device id"), ("0,,1", "empty entry")])
+def test_bad_visible_devices_fail_before_any_npu_call(requested, value, says):
+    out, _ = scenario("""
+try:
+    out["kind"] = devicekit.resolve_kind(sys.argv[1]).name
+except UsageError as error:
+    out["error"] = str(error)
+""", requested, FAKE_NPU_COUNT="8", ASCEND_RT_VISIBLE_DEVICES=value)
+    assert "error" in out, out
+    assert "ASCEND_RT_VISIBLE_DEVICES" in out["error"] and says in out["error"]
+    assert not out["calls"], f"devicekit called the NPU runtime first: {out['calls']}"
+
+
+# -- process group and backends -----------------------------------------------------------------
+
+def test_init_process_group_binds_the_npu_before_anything_else():
+    out, _ = scenario("""
+kind = devicekit.resolve_kind("npu")
+ctx = devicekit.resolve_launch(devicekit.LaunchOptions(gpu=1), kind=kind)
+start = len(sys.modules["torch_npu"].CALLS)
+out.update(mode=ctx.mode, index=ctx.device_index, start=start,
+           used=devicekit.init_process_group(ctx, kind))
+""", FAKE_NPU_COUNT="2")
+    assert out["mode"] == "single" and out["index"] == 1
+    assert out["used"] is None
+    assert out["calls"][out["start"]:] == [["set_device", 1]]
+
+
+def test_resolve_backend_maps_nccl_to_hccl_on_npu_with_one_warning():
+    out, _ = scenario("""
+import contextlib, io
+kind = devicekit.resolve_kind("npu")
+with contextlib.redirect_stderr(io.StringIO()) as captured:
+    out["backend"] = devicekit.resolve_backend(kind, "nccl")
+out["warning"] = captured.getvalue()
+""")
+    assert out["backend"] == "hccl"
+    lines = out["warning"].strip().splitlines()
+    assert len(lines) == 1 and "nccl" in lines[0] and "hccl" in lines[0], out["warning"]
+
+
+def test_resolve_backend_maps_hccl_to_gloo_on_cpu(capsys):
+    assert resolve_backend(kinds.get("cpu"), "hccl") == "gloo"
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Ascend" in lines[0] and "Habana" in lines[0], lines
+
+
+@pytest.mark.parametrize("timeout_s, preset, expected", [
+    (30, None, "120"), (600, None, "600"), (600.9, None, "600"), (10_000, None, "7200"),
+    (30, "1800", "1800")])
+def test_prepare_process_group_sets_hccl_connect_timeout(timeout_s, preset, expected):
+    environ = {} if preset is None else {"HCCL_CONNECT_TIMEOUT": preset}
+    kinds.get("npu").prepare_process_group(timeout_s, environ)
+    assert environ == {"HCCL_CONNECT_TIMEOUT": expected}
+
+
+# -- what users read when the NPU cannot run -----------------------------------------------------
+
+def test_check_without_usable_npu_says_so_in_one_line():
+    line = error_line(run_python(["-m", "devicekit", "check", "--device", "npu"],
+                                 FAKE_NPU_COUNT="0"))
+    assert "no NPU is usable" in line and "npu-smi" in line
+
+
+def test_npu_without_torch_npu_says_how_to_install():
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("a real torch_npu is installed in this environment")
+    out, _ = scenario("""
+try:
+    devicekit.resolve_kind("npu")
+except UsageError as error:
+    out["error"] = str(error)
+""", fake=False)
+    assert "torch_npu is not installed" in out["error"]
+    assert "pip install 'devicekit[npu]'" in out["error"]
+
+
+def test_torch_npu_without_cann_names_cann_and_set_env():
+    line = error_line(run_python(["-m", "devicekit", "check", "--device", "npu"],
+                                 FAKE_NPU_IMPORT_ERROR=CANN_ERROR))
+    assert "CANN" in line and "libhccl.so" in line and "set_env.sh" in line
+
+
+@pytest.mark.parametrize("message", [
+    "No module named 'yaml'",
+    "/site-packages/torch_npu/_C.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104impl"],
+    ids=["missing-module", "undefined-symbol"])
+def test_other_import_errors_are_not_blamed_on_cann(message):
+    out, _ = scenario("""
+out["state"] = kinds.get("npu").load_state()
+""", FAKE_NPU_IMPORT_ERROR=message)
+    state, reason = out["state"]
+    assert state == "import failed"
+    assert message in reason and "set_env.sh" not in reason
+
+
+# -- launchers ---------------------------------------------------------------------------------
+
+_TORCHRUN_ENV = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+                 "TORCHELASTIC_RUN_ID": "test", "FAKE_NPU_COUNT": "8",
+                 "ASCEND_RT_VISIBLE_DEVICES": "0,1"}
+
+
+@pytest.mark.parametrize("local_rank, fits", [("1", True), ("2", False)])
+def test_torchrun_local_rank_must_fit_the_visible_npus(local_rank, fits):
+    out, _ = scenario("""
+kind = devicekit.resolve_kind("npu")
+try:
+    out["device_index"] = devicekit.resolve_launch(kind=kind).device_index
+except UsageError as error:
+    out["error"] = str(error)
+""", RANK=local_rank, LOCAL_RANK=local_rank, **_TORCHRUN_ENV)
+    if fits:
+        assert out.get("device_index") == 1, out
+    else:
+        assert "error" in out, out
+        assert "LOCAL_RANK" in out["error"] and "ASCEND_RT_VISIBLE_DEVICES" in out["error"]

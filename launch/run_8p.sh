@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# One training process per device of this node, each with its own log; fail fast.
+#
+#   bash launch/run_8p.sh                      # the CPU demo: demo data, tinynet, >= 90 % top-1
+#   bash launch/run_8p.sh /data/imagenet -a resnet50 -b 2048 --amp   # arguments go to main.py
+#
+# Environment (all optional):
+#   NPROC_PER_NODE  processes on this node (default: the device count; 2 on a CPU)
+#   NNODES, NODE_RANK       nodes in the run and this node's index (default 1 and 0)
+#   MASTER_ADDR, MASTER_PORT  node 0's address and a port every rank uses
+#                           (default: 127.0.0.1 and a free port; required with NNODES > 1)
+#   LOG_DIR         per-rank logs rank_<i>.log (default ./logs); rank 0 also prints here
+#   BIND_CORES=1    pin each rank to its share of this node's cores with taskset
+#   PYTHON          the interpreter (default python)
+# When any rank fails, the others are stopped and the script exits with its exit code.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python}
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+LOG_DIR=${LOG_DIR:-./logs}
+
+die() { echo "error: $*" >&2; exit 2; }
+is_count() { [[ $1 =~ ^[0-9]+$ ]] && (( $1 >= 1 )); }
+
+is_count "$NNODES" || die "NNODES=$NNODES must be a whole number >= 1"
+[[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
+    || die "NODE_RANK=$NODE_RANK must be a whole number below NNODES=$NNODES"
+if [[ -z ${NPROC_PER_NODE:-} ]]; then
+    NPROC_PER_NODE=$("$PYTHON" -m devicekit nproc) || exit 2
+fi
+is_count "$NPROC_PER_NODE" || die "NPROC_PER_NODE=$NPROC_PER_NODE must be a whole number >= 1"
+if (( NNODES > 1 )); then
+    [[ -n ${MASTER_ADDR:-} ]] || die "NNODES=$NNODES needs MASTER_ADDR=<node 0's address> on every node"
+    MASTER_PORT=${MASTER_PORT:-29500}
+else
+    MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+    MASTER_PORT=${MASTER_PORT:-$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')}
+fi
+
+if (( $# == 0 )); then
+    # The CPU demo: a small real-file dataset, generated once, and a model that learns it.
+    "$PYTHON" -m trainer.demo_data data/demo
+    set -- data/demo --arch tinynet --num-classes 10 --image-size 32 --epochs 24 \
+        --batch-size 256 --lr 0.1 --lr-schedule cosine --workers 2 \
+        --print-freq 20 --output-dir output/demo
+fi
+
+mkdir -p "$LOG_DIR"
+export MASTER_ADDR MASTER_PORT NODE_RANK
+export WORLD_SIZE=$(( NNODES * NPROC_PER_NODE )) LOCAL_WORLD_SIZE=$NPROC_PER_NODE
+CORES=$(nproc)
+declare -A RANK_OF=()
+
+stop_all() {
+    local pid
+    for pid in "${!RANK_OF[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+    for pid in "${!RANK_OF[@]}"; do
+        # A rank that ignores SIGTERM for 10 s is killed.
+        timeout 10 tail --pid="$pid" -f /dev/null 2>/dev/null || kill -KILL -- "-$pid" 2>/dev/null || true
+    done
+}
+trap 'stop_all; exit 130' INT TERM
+
+echo "run_8p: $NPROC_PER_NODE process(es) on node $NODE_RANK of $NNODES, master" \
+     "$MASTER_ADDR:$MASTER_PORT, logs in $LOG_DIR" >&2
+for (( i = 0; i < NPROC_PER_NODE; i++ )); do
+    rank=$(( NODE_RANK * NPROC_PER_NODE + i ))
+    bind=()
+    if [[ ${BIND_CORES:-0} == 1 ]]; then
+        per=$(( CORES / NPROC_PER_NODE > 0 ? CORES / NPROC_PER_NODE : 1 ))
+        first=$(( i * per % CORES ))
+        bind=(taskset -c "$first-$(( first + per - 1 ))")
+    fi
+    log="$LOG_DIR/rank_$i.log"
+    # setsid: each rank leads its own process group, so stopping it stops its loader workers.
+    if (( i == 0 )); then
+        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" main.py "$@" > >(tee "$log") 2>&1 &
+    else
+        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" main.py "$@" > "$log" 2>&1 &
+    fi
+    RANK_OF[$!]=$i
+done
+
+status=0
+while (( ${#RANK_OF[@]} > 0 )); do
+    finished=""
+    wait -n -p finished "${!RANK_OF[@]}" && code=0 || code=$?
+    [[ -n $finished ]] || break
+    rank=${RANK_OF[$finished]}
+    unset "RANK_OF[$finished]"
+    if (( code != 0 )); then
+        echo "run_8p: local rank $rank failed first (exit code $code); see $LOG_DIR/rank_$rank.log;" \
+             "stopping the other ranks" >&2
+        tail -n 5 "$LOG_DIR/rank_$rank.log" >&2 || true
+        stop_all
+        status=$code
+        break
+    fi
+done
+wait 2>/dev/null || true
+exit "$status"

@@ -1,0 +1,117 @@
+"""ImageNet-style training that runs unchanged on NVIDIA GPUs, Ascend NPUs and CPUs.
+
+Started any way people start the reference example: plainly, with
+--multiprocessing-distributed, under torchrun or torch.distributed.launch, from a per-rank
+shell loop (launch/run_8p.sh), or with Ascend's RANK_ID/RANK_SIZE scripts. Every device
+decision is devicekit's; this file never names a device.
+"""
+
+import math
+import os
+import sys
+import time
+import types
+
+import torch
+
+import devicekit
+import models
+from trainer import data, loop, state
+from trainer.loaders import build_loaders
+from trainer.options import launch_options, parse_args
+
+
+@devicekit.exit_on_usage_error
+def main(argv=None):
+    args = parse_args(argv)
+    kind = devicekit.resolve_kind(args.device)
+    args.launch = devicekit.resolve_launch(launch_options(args), kind=kind)
+    ngpus_per_node = args.launch.local_world_size
+    # Refuse a bad split or data directory here, once, rather than in every rank.
+    devicekit.split_per_process(args.batch_size, args.workers, ngpus_per_node)
+    data.check_data_dir(args.data_dir, args.dummy)
+    if args.launch.mode == "spawn":
+        return devicekit.spawn(main_worker, ngpus_per_node, (ngpus_per_node, args), kind)
+    main_worker(args.launch.device_index, ngpus_per_node, args)
+    return 0
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    """Train on one device: `gpu` is this process's index on its node."""
+    kind = devicekit.resolve_kind(args.device)
+    ctx = args.launch.for_spawned_rank(gpu) if args.launch.mode == "spawn" else args.launch
+    with devicekit.process_group(ctx, kind, args.dist_backend, args.dist_timeout):
+        train(ctx, kind, ngpus_per_node, args)
+
+
+def train(ctx, kind, ngpus_per_node, args):
+    kind.configure_host_threads(ngpus_per_node, os.environ)
+    devicekit.seed_everything(args.seed, ctx.rank)
+    device = kind.device_for(ctx)
+    batch_size, workers = devicekit.split_per_process(args.batch_size, args.workers,
+                                                      ngpus_per_node)
+    if ctx.is_main:
+        print(f"=> {args.arch} on {kind.name} ({ctx.describe()}), batch {batch_size} per "
+              f"process, {workers} loader workers per process", flush=True)
+
+    model = models.create(args.arch, num_classes=args.num_classes)
+    if args.pretrained:
+        state.load_pretrained(args.pretrained, model)
+    model.to(device)
+    ddp_model = devicekit.wrap_ddp(model, kind, ctx)
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    scaler = devicekit.grad_scaler(
+        kind, args.amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16)
+
+    train_set, val_set = data.build_datasets(args.data_dir, args.dummy, args.image_size,
+                                             args.num_classes, args.seed)
+    train_loader, val_loader = build_loaders(train_set, val_set, batch_size, workers, ctx, kind,
+                                             args.seed)
+    steps = len(train_loader) if args.steps_per_epoch is None else min(len(train_loader),
+                                                                       args.steps_per_epoch)
+    scheduler = state.make_scheduler(optimizer, args.epochs, args.warmup, args.lr_schedule,
+                                     math.ceil(steps / args.grad_accum))
+    start_epoch, best_acc1 = args.start_epoch, 0.0
+    if args.resume:
+        start_epoch, best_acc1 = state.resume(args.resume, args.arch, model, optimizer,
+                                              scheduler, scaler)
+        if ctx.is_main:
+            print(f"=> resumed {args.resume!r} at epoch {start_epoch}", flush=True)
+
+    run = types.SimpleNamespace(
+        kind=kind, device=device, is_main=ctx.is_main, amp=args.amp, channels_last=False,
+        grad_accum=args.grad_accum, clip_grad=args.clip_grad, print_freq=args.print_freq,
+        steps_per_epoch=args.steps_per_epoch, val_steps=args.val_steps)
+
+    if args.evaluate:
+        loop.validate(val_loader, model, criterion, run)
+        return
+
+    if ctx.is_main:
+        os.makedirs(args.output_dir, exist_ok=True)
+    for epoch in range(start_epoch, args.epochs):
+        started, lr = time.time(), optimizer.param_groups[0]["lr"]
+        train_loader.sampler.set_epoch(epoch)
+        trained = loop.train_one_epoch(train_loader, ddp_model, criterion, optimizer, scheduler,
+                                       scaler, epoch, run)
+        devicekit.broadcast_buffers(model)  # every rank validates rank 0's model
+        validated = loop.validate(val_loader, model, criterion, run)
+        is_best = validated["acc1"] > best_acc1
+        best_acc1 = max(validated["acc1"], best_acc1)
+        if ctx.is_main:
+            state.save(args.output_dir, state.checkpoint_state(
+                epoch + 1, args.arch, model, best_acc1, optimizer, scheduler, scaler), is_best)
+            state.append_metrics(args.output_dir, {
+                "epoch": epoch, "train_loss": trained["loss"], "train_acc1": trained["acc1"],
+                "val_loss": validated["loss"], "acc1": validated["acc1"],
+                "acc5": validated["acc5"], "val_samples": validated["samples"],
+                "lr": lr, "world_size": ctx.world_size,
+                "images_per_sec": trained["images_per_sec"] * ctx.world_size,
+                "seconds": time.time() - started})
+        devicekit.barrier()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""An ImageNet-style trainer built on devicekit."""

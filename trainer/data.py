@@ -1,0 +1,435 @@
+"""Datasets and transforms for ImageNet-style training; device-agnostic.
+
+Every dataset here returns ``(image, label)``: ``image`` is a **uint8** tensor, CHW,
+3 channels, ``image_size`` x ``image_size``; ``label`` is an int. Nothing here
+normalises: batches travel to the device as uint8 (4x less to copy) and
+:func:`normalize` turns them into float32 there.
+
+- :class:`DummyImageNet`: synthetic samples, each a pure function of (index, seed).
+- :class:`ImageFolder`: ``root/<class>/*.jpg`` (and .jpeg/.png/.bmp/.webp) via Pillow.
+- :func:`train_transform` / :func:`val_transform`: the reference ImageNet recipe
+  (RandomResizedCrop + flip; resize to 256/224 of the size + center crop), PIL in,
+  uint8 CHW tensor out. Their randomness comes from torch's global RNG, so DataLoader
+  worker seeding makes it reproducible.
+- :func:`build_datasets`: the (train, val) pair for a data directory or ``--dummy``.
+
+The transforms are module-level classes (not closures) so that datasets pickle into
+DataLoader workers under any multiprocessing start method.
+"""
+
+import math
+import os
+
+import numpy as np
+import torch
+from PIL import Image
+
+from devicekit.errors import UsageError, warn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+VAL_SEED_OFFSET = 1_000_003  # dummy val samples use seed + this, so they differ from train
+LAYOUT_HINT = "expected DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg"
+
+
+# ----------------------------------------------------------------------------- normalise
+
+def normalize(batch_uint8, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    """``(x / 255 - mean) / std`` per channel, as float32 on the input's device.
+
+    Takes a uint8 NCHW batch (a single CHW image works too) and keeps its memory format
+    (a channels_last batch gives a channels_last result).
+    """
+    if batch_uint8.dtype != torch.uint8:
+        raise TypeError(f"normalize expects a uint8 tensor, got {batch_uint8.dtype}")
+    if batch_uint8.dim() not in (3, 4):
+        raise ValueError(f"normalize expects CHW or NCHW, got shape {tuple(batch_uint8.shape)}")
+    device = batch_uint8.device
+    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=device).view(-1, 1, 1)
+    std_t = torch.as_tensor(std, dtype=torch.float32, device=device).view(-1, 1, 1)
+    # .float() keeps the strides (memory format); the in-place ops below keep them too.
+    out = batch_uint8.float()
+    out.div_(255.0).sub_(mean_t).div_(std_t)
+    return out
+
+
+# ----------------------------------------------------------------------------- dummy data
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(value):
+    """splitmix64's finaliser: a well-spread 64-bit integer from any integer."""
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def _positive_int(value, what):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{what} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+class DummyImageNet(torch.utils.data.Dataset):
+    """Synthetic ImageNet-shaped data for throughput runs: no files, no decoding.
+
+    Sample ``index`` is a pure function of ``(index, seed)``: a torch.Generator seeded
+    from both draws the label (uniform in ``[0, num_classes)``) and then the uint8 pixels
+    (uniform noise, 3 x image_size x image_size). Every process, worker and launcher
+    therefore sees the same sample for the same index, whatever the global RNG state.
+    """
+
+    def __init__(self, length, num_classes, image_size, seed=0):
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise UsageError(f"dataset length must be a whole number >= 0, got {length!r}")
+        self.length = length
+        self.num_classes = _positive_int(num_classes, "num_classes")
+        self.image_size = _positive_int(image_size, "image size")
+        self.seed = int(seed)
+        self._seed_key = _mix64(self.seed & _MASK64)
+
+    @property
+    def classes(self):
+        return [f"class{index}" for index in range(self.num_classes)]
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        index = int(index)
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} out of range for {self.length} samples")
+        generator = torch.Generator()
+        generator.manual_seed(_mix64((self._seed_key + index) & _MASK64))
+        label = int(torch.randint(self.num_classes, (1,), generator=generator))
+        size = self.image_size
+        image = torch.randint(0, 256, (3, size, size), dtype=torch.uint8, generator=generator)
+        return image, label
+
+    def __repr__(self):
+        return (f"DummyImageNet(length={self.length}, num_classes={self.num_classes}, "
+                f"image_size={self.image_size}, seed={self.seed})")
+
+
+# ----------------------------------------------------------------------------- transforms
+
+def pil_to_tensor(image):
+    """An RGB PIL image -> uint8 tensor, CHW, contiguous."""
+    array = np.array(image.convert("RGB") if image.mode != "RGB" else image, dtype=np.uint8)
+    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+class Compose:
+    """Apply transforms in order."""
+
+    def __init__(self, transforms):
+        self.transforms = list(transforms)
+
+    def __call__(self, image):
+        for transform in self.transforms:
+            image = transform(image)
+        return image
+
+    def __repr__(self):
+        return f"Compose({', '.join(repr(t) for t in self.transforms)})"
+
+
+class RandomResizedCrop:
+    """Crop a random area and aspect ratio, then resize it (bilinear) to size x size.
+
+    The area is drawn uniformly from ``scale`` times the image area and the aspect ratio
+    log-uniformly from ``ratio``; a draw that does not fit is retried, 10 times in all,
+    then a central crop (the whole image, trimmed to the ratio range) is used instead.
+    """
+
+    ATTEMPTS = 10
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+        self.size = int(size)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+
+    def box(self, width, height):
+        """(left, top, crop_width, crop_height) for an image of width x height."""
+        area = width * height
+        log_low, log_high = math.log(self.ratio[0]), math.log(self.ratio[1])
+        for _ in range(self.ATTEMPTS):
+            target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * torch.rand(1).item())
+            aspect = math.exp(log_low + (log_high - log_low) * torch.rand(1).item())
+            crop_w = int(round(math.sqrt(target * aspect)))
+            crop_h = int(round(math.sqrt(target / aspect)))
+            if 0 < crop_w <= width and 0 < crop_h <= height:
+                top = int(torch.randint(0, height - crop_h + 1, (1,)))
+                left = int(torch.randint(0, width - crop_w + 1, (1,)))
+                return left, top, crop_w, crop_h
+        # Fallback: the whole image, cut down to the nearest allowed aspect ratio.
+        aspect = width / height
+        if aspect < self.ratio[0]:
+            crop_w, crop_h = width, int(round(width / self.ratio[0]))
+        elif aspect > self.ratio[1]:
+            crop_w, crop_h = int(round(height * self.ratio[1])), height
+        else:
+            crop_w, crop_h = width, height
+        return (width - crop_w) // 2, (height - crop_h) // 2, crop_w, crop_h
+
+    def __call__(self, image):
+        left, top, crop_w, crop_h = self.box(*image.size)
+        return image.resize((self.size, self.size), Image.BILINEAR,
+                            box=(left, top, left + crop_w, top + crop_h))
+
+    def __repr__(self):
+        return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+class RandomHorizontalFlip:
+    """Mirror left-right with probability p (drawn from torch's RNG)."""
+
+    def __init__(self, p=0.5):
+        self.p = float(p)
+
+    def __call__(self, image):
+        if torch.rand(1).item() < self.p:
+            return image.transpose(Image.FLIP_LEFT_RIGHT)
+        return image
+
+    def __repr__(self):
+        return f"RandomHorizontalFlip(p={self.p})"
+
+
+class ResizeShorter:
+    """Resize (bilinear) so the shorter side is ``size``, keeping the aspect ratio."""
+
+    def __init__(self, size):
+        self.size = int(size)
+
+    def __call__(self, image):
+        width, height = image.size
+        if width <= height:
+            new_w, new_h = self.size, max(1, int(self.size * height / width))
+        else:
+            new_w, new_h = max(1, int(self.size * width / height)), self.size
+        if (new_w, new_h) == (width, height):
+            return image
+        return image.resize((new_w, new_h), Image.BILINEAR)
+
+    def __repr__(self):
+        return f"ResizeShorter({self.size})"
+
+
+class CenterCrop:
+    """The central size x size region (zero-padded where the image is smaller)."""
+
+    def __init__(self, size):
+        self.size = int(size)
+
+    def __call__(self, image):
+        width, height = image.size
+        left = int(round((width - self.size) / 2.0))
+        top = int(round((height - self.size) / 2.0))
+        return image.crop((left, top, left + self.size, top + self.size))
+
+    def __repr__(self):
+        return f"CenterCrop({self.size})"
+
+
+class ToTensor:
+    """PIL image -> uint8 CHW tensor (no scaling, no normalisation)."""
+
+    def __call__(self, image):
+        return pil_to_tensor(image)
+
+    def __repr__(self):
+        return "ToTensor()"
+
+
+def train_transform(image_size):
+    """RandomResizedCrop(image_size, scale 0.08-1, ratio 3/4-4/3, bilinear), flip 0.5, uint8."""
+    size = _positive_int(image_size, "image size")
+    return Compose([RandomResizedCrop(size), RandomHorizontalFlip(0.5), ToTensor()])
+
+
+def val_transform(image_size):
+    """Shorter side to int(image_size * 256 / 224), CenterCrop(image_size), uint8."""
+    size = _positive_int(image_size, "image size")
+    return Compose([ResizeShorter(int(size * 256 / 224)), CenterCrop(size), ToTensor()])
+
+
+# ----------------------------------------------------------------------------- image folder
+
+def _is_image_file(name):
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+class ImageFolder(torch.utils.data.Dataset):
+    """Images in ``root/<class>/*.{jpg,jpeg,png,bmp,webp}`` (any case), labelled by folder.
+
+    Classes are the sub-folders of ``root`` sorted by name (their index is the label);
+    samples are sorted by (class, file name), so every process sees the same order.
+    Hidden entries (names starting with ".") are ignored. Images are read with Pillow and
+    converted to RGB, then passed through ``transform`` (default: to a uint8 CHW tensor
+    at the image's own size).
+
+    A missing root, a root with no class folders, or a class folder with no images raise
+    :class:`UsageError` here, at construction.
+
+    An image that cannot be read at load time (corrupt, truncated, not an image) is
+    **skipped rather than fatal**: one warning naming the file (once per file per process),
+    and the next readable sample in the dataset is returned instead (wrapping around to
+    the start), with that sample's label. One bad file among a million should not end a
+    days-long run; the cost is that the substitute sample is seen twice that epoch. If no
+    image in the dataset can be read, :class:`UsageError` is raised.
+    """
+
+    def __init__(self, root, transform=None):
+        self.root = os.fspath(root)
+        self.transform = transform
+        if not os.path.isdir(self.root):
+            what = "is not a folder" if os.path.exists(self.root) else "does not exist"
+            raise UsageError(f"image folder {self.root!r} {what}: point to a folder of class "
+                             "folders, root/<class>/*.jpg")
+        self.classes = sorted(entry.name for entry in os.scandir(self.root)
+                              if entry.is_dir() and not entry.name.startswith("."))
+        if not self.classes:
+            raise UsageError(f"image folder {self.root!r} has no class folders: put the images in "
+                             f"one sub-folder per class, {self.root}/<class>/*.jpg")
+        self.class_to_idx = {name: index for index, name in enumerate(self.classes)}
+        self.samples = []
+        for name in self.classes:
+            folder = os.path.join(self.root, name)
+            files = sorted(entry.name for entry in os.scandir(folder)
+                           if _is_image_file(entry.name) and entry.is_file())
+            if not files:
+                raise UsageError(f"class folder {folder} has no images "
+                                 f"({'/'.join(IMAGE_EXTENSIONS)}): add images or remove the folder")
+            label = self.class_to_idx[name]
+            self.samples.extend((os.path.join(folder, file), label) for file in files)
+        self.targets = [label for _, label in self.samples]
+        self._unreadable = set()
+
+    @property
+    def num_classes(self):
+        return len(self.classes)
+
+    def __len__(self):
+        return len(self.samples)
+
+    def _load(self, path):
+        """The RGB image at ``path``, or None (after one warning) if it cannot be read."""
+        try:
+            with Image.open(path) as image:
+                return image.convert("RGB")
+        except Exception as error:  # noqa: BLE001 - any decoder failure means "unreadable"
+            warn(f"skipping unreadable image {path}: {type(error).__name__}: {error}")
+            return None
+
+    def __getitem__(self, index):
+        count = len(self.samples)
+        index = int(index)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError(f"index {index} out of range for {count} samples")
+        for step in range(count):
+            current = (index + step) % count
+            if current in self._unreadable:
+                continue
+            path, label = self.samples[current]
+            image = self._load(path)
+            if image is None:
+                self._unreadable.add(current)
+                continue
+            tensor = self.transform(image) if self.transform is not None else pil_to_tensor(image)
+            return tensor, label
+        raise UsageError(f"none of the {count} images under {self.root} could be read: "
+                         "check the files (see the warnings above)")
+
+    def __repr__(self):
+        return (f"ImageFolder({self.root!r}, {len(self.samples)} images, "
+                f"{len(self.classes)} classes, transform={self.transform!r})")
+
+
+# ----------------------------------------------------------------------------- building
+
+def check_num_classes(dataset, num_classes):
+    """The dataset's class count; UsageError if it exceeds the model's ``num_classes``."""
+    count = getattr(dataset, "num_classes", None)
+    if count is None:
+        count = len(dataset.classes)
+    if count > num_classes:
+        where = getattr(dataset, "root", None)
+        name = f"dataset {where!r}" if where else "the dataset"
+        raise UsageError(f"{name} has {count} classes but the model has only {num_classes} "
+                         f"outputs: pass --num-classes {count} (or more)")
+    return count
+
+
+def _split_dir(data_dir, split):
+    path = os.path.join(data_dir, split)
+    if not os.path.isdir(path):
+        raise UsageError(f"data directory {data_dir!r} has no {split}/ folder: {LAYOUT_HINT} "
+                         "(or pass --dummy)")
+    return path
+
+
+def _names(names, limit=5):
+    names = sorted(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_data_dir(data_dir, dummy):
+    """Check the layout cheaply (no image is opened): unless ``dummy``, ``data_dir`` must
+    hold ``train/`` and ``val/`` folders. Returns their paths (None, None with ``dummy``)."""
+    if dummy:
+        return None, None
+    if data_dir is None:
+        raise UsageError(f"no data directory given: pass DIR (or --data DIR), {LAYOUT_HINT}, "
+                         "or pass --dummy for synthetic data")
+    data_dir = os.fspath(data_dir)
+    if not os.path.isdir(data_dir):
+        what = "is not a folder" if os.path.exists(data_dir) else "does not exist"
+        raise UsageError(f"data directory {data_dir!r} {what}: {LAYOUT_HINT} (or pass --dummy)")
+    return _split_dir(data_dir, "train"), _split_dir(data_dir, "val")
+
+
+def build_datasets(data_dir, dummy, image_size, num_classes, seed,
+                   train_length=1281167, val_length=50000):
+    """The (train_dataset, val_dataset) pair.
+
+    ``dummy``: :class:`DummyImageNet` for both (``num_classes`` of them, 1000 if None;
+    val seeded with ``seed + VAL_SEED_OFFSET`` so its samples differ from train's), and
+    ``data_dir`` is ignored (with a warning when one was given). Otherwise ``data_dir``
+    must hold ``train/`` and ``val/`` class folders with the same class names, read by
+    :class:`ImageFolder` with :func:`train_transform` / :func:`val_transform`; when
+    ``num_classes`` is given, it must be at least the number of classes found.
+    """
+    if dummy:
+        if data_dir is not None:
+            warn(f"--dummy given: ignoring the data directory {os.fspath(data_dir)!r}")
+        classes = 1000 if num_classes is None else num_classes
+        train = DummyImageNet(train_length, classes, image_size, seed)
+        val = DummyImageNet(val_length, classes, image_size, int(seed) + VAL_SEED_OFFSET)
+        return train, val
+    train_dir, val_dir = check_data_dir(data_dir, dummy)
+    data_dir = os.fspath(data_dir)
+    train = ImageFolder(train_dir, train_transform(image_size))
+    val = ImageFolder(val_dir, val_transform(image_size))
+    if train.classes != val.classes:
+        only_train = set(train.classes) - set(val.classes)
+        only_val = set(val.classes) - set(train.classes)
+        parts = []
+        if only_train:
+            parts.append(f"only in train/: {_names(only_train)}")
+        if only_val:
+            parts.append(f"only in val/: {_names(only_val)}")
+        raise UsageError(f"train/ and val/ class folders differ in {data_dir!r} "
+                         f"({'; '.join(parts)}): give val/ the same class folders as train/")
+    if num_classes is not None:
+        check_num_classes(train, num_classes)
+    return train, val

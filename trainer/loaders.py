@@ -1,0 +1,72 @@
+"""DataLoaders for a rank: a shuffled, dropping shard for training, and an exact shard for
+validation (every sample evaluated once, whatever the world size)."""
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+
+class EpochSeededSampler(Sampler):
+    """DistributedSampler's shard, yielding (epoch, index) so each sample's augmentation
+    can be seeded from (seed, epoch, index) alone."""
+
+    def __init__(self, dataset, world_size, rank, seed):
+        self.inner = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                        shuffle=True, seed=seed, drop_last=True)
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        """Reshuffle for `epoch` (the same order on every rank and under every launcher)."""
+        self.epoch = epoch
+        self.inner.set_epoch(epoch)
+
+    def __iter__(self):
+        return ((self.epoch, index) for index in self.inner)
+
+    def __len__(self):
+        return len(self.inner)
+
+
+class EpochSeededDataset(Dataset):
+    """Runs the wrapped dataset's random augmentation under a seed made of
+    (seed, epoch, index): the same image for a sample whatever the worker count, the
+    launcher, or a resume, and without touching the caller's random state."""
+
+    def __init__(self, dataset, seed):
+        self.dataset = dataset
+        self.seed = seed
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        epoch, index = key
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed((self.seed * 1_000_003 + epoch) * 10_000_019 + index)
+            return self.dataset[index]
+
+
+class ShardSampler(Sampler):
+    """Indices rank, rank + world, rank + 2 world, ...: no padding, no duplicates."""
+
+    def __init__(self, length, world_size, rank):
+        self.indices = range(rank, length, world_size)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+def build_loaders(train_set, val_set, batch_size, workers, ctx, kind, seed):
+    """(train_loader, val_loader) for the rank described by `ctx`."""
+    common = {"batch_size": batch_size, "num_workers": workers, "pin_memory": kind.pin_memory,
+              "persistent_workers": workers > 0}
+    if workers > 0:
+        common["prefetch_factor"] = 4
+    train_loader = DataLoader(EpochSeededDataset(train_set, seed),
+                              sampler=EpochSeededSampler(train_set, ctx.world_size, ctx.rank, seed),
+                              drop_last=True, **common)
+    val_loader = DataLoader(val_set, sampler=ShardSampler(len(val_set), ctx.world_size, ctx.rank),
+                            drop_last=False, **common)
+    return train_loader, val_loader

@@ -1,0 +1,214 @@
+"""The trainer's command line: the reference ImageNet example's flags, Ascend's ResNet50
+script flags, and a few of our own; a YAML config underneath; validation with one-line
+errors."""
+
+import argparse
+import os
+import sys
+
+import models
+from devicekit import kinds
+from devicekit.config import load_config
+from devicekit.errors import EXIT_USAGE, UsageError
+from devicekit.launch import LaunchOptions
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr and exit code 2."""
+
+    def error(self, message):
+        print(f"error: {message} (see: python {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _device_list(text):
+    try:
+        ids = [int(item) for item in str(text).split(",") if item.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of device ids")
+    if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must list distinct device ids, e.g. 0,1,2,3")
+    return ids
+
+
+def _loss_scale(text):
+    if str(text).lower() == "dynamic":
+        return "dynamic"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'dynamic'")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def build_parser():
+    """The argparse parser for main.py."""
+    p = _Parser(prog="main.py", description="ImageNet-style training on cuda, npu or cpu.")
+    p.add_argument("data_dir", metavar="DIR", nargs="?", default=None,
+                   help="dataset root with train/ and val/ ImageFolder trees")
+    p.add_argument("--data", metavar="DIR", default=None, help="same as DIR (Ascend scripts)")
+    p.add_argument("-a", "--arch", default="resnet18",
+                   help=f"model: {', '.join(models.names())} (default resnet18)")
+    p.add_argument("-j", "--workers", type=int, default=4,
+                   help="data loading workers per node (default 4)")
+    p.add_argument("--epochs", type=int, default=90, help="total epochs (default 90)")
+    p.add_argument("--start-epoch", type=int, default=0, help="epoch to start at (default 0)")
+    p.add_argument("-b", "--batch-size", type=int, default=256,
+                   help="total batch size of all processes of a node (default 256)")
+    p.add_argument("--lr", "--learning-rate", type=float, default=0.1, dest="lr",
+                   help="initial learning rate (default 0.1)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--wd", "--weight-decay", type=float, default=1e-4, dest="weight_decay",
+                   help="weight decay (default 1e-4)")
+    p.add_argument("-p", "--print-freq", type=int, default=10,
+                   help="print every N steps (default 10)")
+    p.add_argument("--resume", default="", metavar="PATH", help="checkpoint to resume from")
+    p.add_argument("-e", "--evaluate", action="store_true", help="only validate")
+    p.add_argument("--pretrained", nargs="?", const="", default=None, metavar="PATH",
+                   help="start from a torchvision-format state_dict file")
+    p.add_argument("--world-size", type=int, default=-1,
+                   help="nodes (with --multiprocessing-distributed) or processes")
+    p.add_argument("--rank", type=int, default=-1,
+                   help="node rank (with --multiprocessing-distributed) or process rank")
+    p.add_argument("--dist-url", default=None, help="tcp://HOST:PORT or env://")
+    p.add_argument("--dist-backend", default=None,
+                   help="collective backend (default: the device's: nccl, hccl or gloo)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--gpu", type=int, default=None, help="device index to use")
+    p.add_argument("--no-accel", action="store_true", help="run on the CPU")
+    p.add_argument("--multiprocessing-distributed", action="store_true",
+                   help="start one process per device of this node")
+    p.add_argument("--dummy", action="store_true", help="synthetic data, no files")
+    p.add_argument("--local-rank", "--local_rank", type=int, default=None, dest="local_rank",
+                   help=argparse.SUPPRESS)  # appended by torch.distributed.launch
+    # Ascend's ResNet50 scripts
+    p.add_argument("--addr", default=None, help="master address")
+    p.add_argument("--port", type=int, default=None, help="master port")
+    p.add_argument("--device", default="auto", choices=["auto"] + kinds.names() + list(kinds.ALIASES),
+                   help="device kind (default auto: npu, then cuda, then cpu)")
+    p.add_argument("--device-list", type=_device_list, default=None, metavar="IDS",
+                   help="device ids for this node's processes, e.g. 0,1,2,3")
+    p.add_argument("--amp", action="store_true", help="mixed precision (autocast)")
+    p.add_argument("--loss-scale", type=_loss_scale, default=None,
+                   help="float16 loss scale: a number (initial scale) or 'dynamic'")
+    p.add_argument("--opt-level", default=None, choices=["O0", "O1", "O2", "O3"],
+                   help="apex-style level: O0 turns AMP off, O1..O3 turn autocast on")
+    p.add_argument("--warmup", type=int, default=0, help="linear warmup epochs (default 0)")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="(default 0)")
+    p.add_argument("--num-classes", "--num_classes", type=int, default=1000, dest="num_classes",
+                   help="classes the model predicts (default 1000)")
+    # ours
+    p.add_argument("--nproc-per-node", type=int, default=None,
+                   help="processes per node with --multiprocessing-distributed "
+                        "(default: the device count; 1 on cpu)")
+    p.add_argument("--image-size", type=int, default=224, help="training crop (default 224)")
+    p.add_argument("--steps-per-epoch", type=int, default=None, help="cap training steps")
+    p.add_argument("--val-steps", type=int, default=None, help="cap validation steps")
+    p.add_argument("--output-dir", default=".", help="checkpoints and metrics.jsonl (default .)")
+    p.add_argument("--config", default=None, metavar="FILE.yaml",
+                   help="YAML file of flags; the command line wins")
+    p.add_argument("--dist-timeout", type=float, default=None,
+                   help="seconds to wait for ranks and collectives (default 300)")
+    p.add_argument("--lr-schedule", default="step", choices=["step", "cosine"],
+                   help="step: x0.1 every 30 epochs; cosine: to 0 (default step)")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="accumulate gradients over N steps (default 1)")
+    p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
+                   help="clip the gradient norm")
+    return p
+
+
+def _config_argv(parser, config):
+    """The config's values as command-line tokens, placed before the real command line so
+    that a flag given there wins."""
+    options = {action.dest: action for action in parser._actions if action.option_strings}
+    tokens = []
+    for key, value in config.items():
+        if key == "data_dir":
+            key = "data"
+        action = options[key]
+        flag = next((s for s in action.option_strings if s.startswith("--")),
+                    action.option_strings[0])
+        if isinstance(action, argparse._StoreTrueAction):
+            if not isinstance(value, bool):
+                raise UsageError(f"--config: {key} must be true or false, not {value!r}")
+            if value:
+                tokens.append(flag)
+        elif value is not None:
+            text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+            tokens.append(f"{flag}={text}")
+    return tokens
+
+
+def _positive(name, value, minimum=1):
+    if value is not None and value < minimum:
+        raise UsageError(f"{name} {value} must be at least {minimum}")
+
+
+def validate(args):
+    """Check values a parser cannot; raise UsageError naming the flag."""
+    for name, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
+                        ("--print-freq", args.print_freq), ("--grad-accum", args.grad_accum),
+                        ("--num-classes", args.num_classes),
+                        ("--steps-per-epoch", args.steps_per_epoch),
+                        ("--val-steps", args.val_steps), ("--nproc-per-node", args.nproc_per_node)):
+        _positive(name, value)
+    _positive("--image-size", args.image_size, 32)
+    for name, value in (("--workers", args.workers), ("--start-epoch", args.start_epoch),
+                        ("--warmup", args.warmup), ("--momentum", args.momentum),
+                        ("--weight-decay", args.weight_decay)):
+        _positive(name, value, 0)
+    if not args.lr > 0:
+        raise UsageError(f"--lr {args.lr:g} must be positive")
+    if not 0 <= args.label_smoothing < 1:
+        raise UsageError(f"--label-smoothing {args.label_smoothing:g} must be in [0, 1)")
+    if args.clip_grad is not None and not args.clip_grad > 0:
+        raise UsageError(f"--clip-grad {args.clip_grad:g} must be positive")
+    if args.start_epoch >= args.epochs and not args.evaluate and not args.resume:
+        raise UsageError(f"--start-epoch {args.start_epoch} leaves nothing to train with "
+                         f"--epochs {args.epochs}")
+    if args.warmup and args.warmup >= args.epochs:
+        raise UsageError(f"--warmup {args.warmup} must be below --epochs {args.epochs}")
+    if args.resume and not os.path.isfile(args.resume):
+        raise UsageError(f"--resume {args.resume!r} does not exist: check the path")
+    if args.pretrained == "":
+        raise UsageError("--pretrained needs a PATH to a state_dict file: this machine cannot "
+                         "download weights (e.g. --pretrained resnet50-0676ba61.pth)")
+    if args.pretrained and not os.path.isfile(args.pretrained):
+        raise UsageError(f"--pretrained {args.pretrained!r} does not exist: check the path")
+    if args.data_dir and args.data and os.path.abspath(args.data_dir) != os.path.abspath(args.data):
+        raise UsageError(f"DIR {args.data_dir!r} and --data {args.data!r} disagree: give one")
+    models.check_name(args.arch)
+
+
+def parse_args(argv=None):
+    """Parse `argv` (default sys.argv[1:]) with the YAML config underneath; return args."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    first = parser.parse_args(argv)
+    if first.config:
+        known = {action.dest for action in parser._actions if action.dest not in ("help", "config")}
+        tokens = _config_argv(parser, load_config(first.config, known))
+        args = parser.parse_args(tokens + argv)
+    else:
+        args = first
+    args.data_dir = args.data_dir or args.data
+    if args.opt_level == "O0":
+        args.amp = False
+    elif args.opt_level is not None or args.loss_scale is not None:
+        args.amp = True
+    if args.no_accel:
+        args.device = "cpu"
+    validate(args)
+    return args
+
+
+def launch_options(args):
+    """The launch-related flags as devicekit LaunchOptions."""
+    return LaunchOptions(local_rank=args.local_rank, gpu=args.gpu, rank=args.rank,
+                         world_size=args.world_size, dist_url=args.dist_url, addr=args.addr,
+                         port=args.port,
+                         multiprocessing_distributed=args.multiprocessing_distributed,
+                         nproc_per_node=args.nproc_per_node, device_list=args.device_list)

@@ -1,0 +1,89 @@
+"""What a run keeps between epochs: the LR schedule, checkpoints, and metrics.jsonl."""
+
+import json
+import math
+import os
+import shutil
+
+import torch
+
+from devicekit import checkpoint
+from devicekit.errors import UsageError
+
+CHECKPOINT = "checkpoint.pth.tar"
+BEST = "model_best.pth.tar"
+METRICS = "metrics.jsonl"
+
+
+def lr_factor(epoch, epochs, warmup, schedule):
+    """The learning-rate multiplier at `epoch` (fractional: updated every step): linear
+    warmup over `warmup` epochs, then step (x0.1 every 30 epochs, as the reference) or
+    cosine down to 0 at `epochs`."""
+    if epoch < warmup:
+        return min(1.0, (epoch + 1e-3) / warmup)
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * (epoch - warmup) / max(1, epochs - warmup)))
+    return 0.1 ** (int(epoch) // 30)
+
+
+def make_scheduler(optimizer, epochs, warmup, schedule, steps_per_epoch):
+    """A LambdaLR stepped once per optimizer step, following lr_factor."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step / steps_per_epoch, epochs, warmup, schedule))
+
+
+def save(output_dir, state, is_best):
+    """Write checkpoint.pth.tar, and model_best.pth.tar when `is_best` or none exists yet,
+    each atomically."""
+    path = os.path.join(output_dir, CHECKPOINT)
+    checkpoint.save_atomic(state, path)
+    if is_best or not os.path.exists(os.path.join(output_dir, BEST)):
+        tmp = os.path.join(output_dir, f".{BEST}.tmp")
+        shutil.copyfile(path, tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, os.path.join(output_dir, BEST))
+
+
+def checkpoint_state(epoch, arch, model, best_acc1, optimizer, scheduler, scaler):
+    """The checkpoint dict: plain numbers, and a state_dict without the `module.` prefix."""
+    state = {"epoch": int(epoch), "arch": arch,
+             "state_dict": checkpoint.strip_prefix(model.state_dict()),
+             "best_acc1": float(best_acc1), "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict()}
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    return state
+
+
+def resume(path, arch, model, optimizer, scheduler, scaler):
+    """Load a checkpoint into the run; returns (start_epoch, best_acc1)."""
+    state = checkpoint.load(path, "--resume checkpoint")
+    required = ("epoch", "arch", "state_dict", "optimizer")
+    if not isinstance(state, dict) or any(key not in state for key in required):
+        raise UsageError(f"--resume {path!r} is not a training checkpoint (it needs the keys "
+                         f"{', '.join(required)}): use a checkpoint.pth.tar written by main.py")
+    if state["arch"] != arch:
+        raise UsageError(f"--resume {path!r} was written for --arch {state['arch']}, not "
+                         f"{arch}: pass --arch {state['arch']}")
+    checkpoint.load_state_dict_into(model, state["state_dict"], f"--resume {path!r}")
+    optimizer.load_state_dict(state["optimizer"])
+    if "scheduler" in state:
+        scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    return int(state["epoch"]), float(state.get("best_acc1", 0.0))
+
+
+def load_pretrained(path, model):
+    """Load a torchvision-format state_dict (or a checkpoint holding one) into `model`."""
+    state = checkpoint.load(path, "--pretrained file")
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    checkpoint.load_state_dict_into(model, state, f"--pretrained {path!r}")
+
+
+def append_metrics(output_dir, row):
+    """Add one JSON line to metrics.jsonl."""
+    with open(os.path.join(output_dir, METRICS), "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")

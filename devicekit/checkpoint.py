@@ -10,6 +10,7 @@ would run code when unpickled is refused.
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 
 import torch
@@ -52,21 +53,44 @@ def save_atomic(obj, path):
     _fsync_dir(directory)
 
 
+def _weights_only_reason(text):
+    """The specific reason in torch's multi-line "Weights only load failed" message."""
+    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = next((line for line in lines if not line.startswith(boilerplate)), "unknown reason")
+    return _first_sentence(reason)
+
+
+def _first_sentence(text):
+    """The first sentence of an error message, without its full stop, at most 200 chars."""
+    sentence = text.strip().splitlines()[0].split(". ")[0].rstrip(".") if text.strip() else ""
+    return sentence if len(sentence) <= 200 else sentence[:197] + "..."
+
+
 def load(path, what="checkpoint"):
     """Load a checkpoint onto the CPU with weights_only=True; user-facing errors as UsageError."""
     if not os.path.isfile(path):
         raise UsageError(f"{what} {path!r} does not exist: check the path")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # A plain-pickle file makes torch warn about its protocol on top of our one line.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if "weights only" in str(error).lower() or "weights_only" in str(error):
+            reason = _weights_only_reason(str(error))
+            if "global" not in reason.lower():
+                # e.g. "Unsupported operand 216": random bytes or a non-torch.save pickle.
+                raise UsageError(
+                    f"{what} {path!r} is corrupt or not written by torch.save (weights_only=True "
+                    f"unpickling failed: {reason}): use an intact copy") from None
             raise UsageError(
                 f"{what} {path!r} holds objects other than tensors and plain values, which "
-                "could run code when loaded; refusing it (weights_only=True). Re-save it as a "
-                "plain state_dict from a trusted source") from None
+                "could run code when loaded; refusing it (weights_only=True: "
+                f"{reason}). Re-save it as a plain state_dict from a trusted source") from None
         raise UsageError(f"{what} {path!r} is corrupt ({error}): use an intact copy") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = _first_sentence(str(error)) or type(error).__name__
         raise UsageError(
             f"{what} {path!r} is truncated or not a PyTorch checkpoint ({first}): use an intact "
             "copy, e.g. the previous checkpoint.pth.tar") from None

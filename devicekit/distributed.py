@@ -4,11 +4,13 @@ device bound before anything touches it."""
 import contextlib
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
 
 from devicekit.errors import UsageError, warn
+from devicekit.network import interface_towards
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -51,13 +53,47 @@ def init_process_group(ctx, kind, backend=None, timeout_s=None):
         return None
     backend = resolve_backend(kind, backend)
     kind.prepare_process_group(timeout_s, os.environ)
+    if backend == "gloo" and ctx.nnodes > 1 and "GLOO_SOCKET_IFNAME" not in os.environ:
+        interface = interface_towards(ctx.master_addr, ctx.master_port)
+        if interface:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(backend=backend, init_method=ctx.init_method, rank=ctx.rank,
-                                world_size=ctx.world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        if ctx.init_method == "env://" and ctx.mode != "env":
+            # torchrun's workers join the store its agent already serves.
+            dist.init_process_group(backend=backend, init_method="env://", rank=ctx.rank,
+                                    world_size=ctx.world_size, timeout=timeout)
+        else:
+            store = _rendezvous(ctx, timeout_s)
+            dist.init_process_group(backend=backend, store=store, rank=ctx.rank,
+                                    world_size=ctx.world_size, timeout=timeout)
     except (RuntimeError, ValueError) as error:
         raise _explain_setup_error(error, ctx, timeout_s) from None
     return backend
+
+
+def _rendezvous(ctx, timeout_s):
+    """A TCP store on the master where every rank checks in, so that rank 0 can name the
+    ranks that did not arrive within the timeout."""
+    store = dist.TCPStore(ctx.master_addr, ctx.master_port, ctx.world_size,
+                          is_master=ctx.rank == 0, timeout=datetime.timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+    store.set(f"devicekit/arrived/{ctx.rank}", "1")
+    store.add("devicekit/arrivals", 1)
+    if ctx.rank == 0:
+        deadline = time.monotonic() + timeout_s
+        # Poll a counter (store.wait would log a C++ warning line on timeout).
+        while store.add("devicekit/arrivals", 0) < ctx.world_size:
+            if time.monotonic() > deadline:
+                missing = [rank for rank in range(ctx.world_size)
+                           if not store.check([f"devicekit/arrived/{rank}"])]
+                raise UsageError(
+                    f"rank(s) {', '.join(map(str, missing))} of {ctx.world_size} did not join "
+                    f"at {ctx.master_addr}:{ctx.master_port} within --dist-timeout "
+                    f"{timeout_s:g}s: start every rank (same MASTER_ADDR/MASTER_PORT and "
+                    "WORLD_SIZE) or check the network between the nodes")
+            time.sleep(0.05)
+    return dist.PrefixStore("devicekit/pg", store)
 
 
 def _explain_setup_error(error, ctx, timeout_s):
@@ -67,15 +103,15 @@ def _explain_setup_error(error, ctx, timeout_s):
         return UsageError(
             f"the master port {ctx.master_port} on {ctx.master_addr} is already in use: stop "
             "the process holding it (a previous run?) or choose another with MASTER_PORT/--port")
+    if "connect" in text.lower() or "refused" in text.lower():
+        return UsageError(
+            f"rank {ctx.rank}: cannot reach the master at {where}: check MASTER_ADDR/MASTER_PORT "
+            f"and that rank 0 is running ({text.strip().splitlines()[0]})")
     if "timed out" in text.lower() or "timeout" in text.lower():
         return UsageError(
             f"rank {ctx.rank}: not all {ctx.world_size} ranks joined at {where} within "
             f"--dist-timeout {timeout_s:g}s; start every rank, check MASTER_ADDR/MASTER_PORT "
             f"and the network ({text.strip().splitlines()[0]})")
-    if "connect" in text.lower() or "refused" in text.lower():
-        return UsageError(
-            f"rank {ctx.rank}: cannot reach the master at {where}: check MASTER_ADDR/MASTER_PORT "
-            f"and that rank 0 is running ({text.strip().splitlines()[0]})")
     return error
 
 

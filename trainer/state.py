@@ -1,5 +1,6 @@
 """What a run keeps between epochs: the LR schedule, checkpoints, and metrics.jsonl."""
 
+import hashlib
 import json
 import math
 import os
@@ -81,6 +82,15 @@ def load_pretrained(path, model):
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     checkpoint.load_state_dict_into(model, state, f"--pretrained {path!r}")
+
+
+def fingerprint(model):
+    """A short hash of the model's parameters and buffers (identical weights, same hash)."""
+    digest = hashlib.sha256()
+    for key, tensor in model.state_dict().items():
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def append_metrics(output_dir, row):

@@ -55,6 +55,9 @@ def save_atomic(obj, path):
 
 def _weights_only_reason(text):
     """The specific reason in torch's multi-line "Weights only load failed" message."""
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        return _first_sentence(text.split(marker, 1)[1]) or "unknown reason"
     boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     reason = next((line for line in lines if not line.startswith(boilerplate)), "unknown reason")

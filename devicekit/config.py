@@ -16,6 +16,11 @@ def load_config(path, known_keys):
             data = yaml.safe_load(handle)
     except FileNotFoundError:
         raise UsageError(f"--config {path!r} does not exist: check the path") from None
+    except yaml.constructor.ConstructorError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"--config {path!r}{where}: {error.problem}; YAML tags that build Python "
+                         "objects are refused (safe_load): write plain values") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

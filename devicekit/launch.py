@@ -177,9 +177,11 @@ def _check_device(ctx, kind, source):
     count = kind.device_count()
     if ctx.device_index >= count:
         var = kind.visible_devices_env
-        raise UsageError(
-            f"{source}={ctx.device_index} but only {count} {kind.name} device(s) are visible "
-            f"({var}={os.environ.get(var)!r}): use an index below {count}")
+        shown = f"{var}={os.environ[var]!r}" if var in os.environ else f"{var} unset"
+        name = f"{source} {ctx.device_index}" if source.startswith("--") else \
+            f"{source}={ctx.device_index}"
+        raise UsageError(f"{name} but only {count} {kind.name} device(s) are visible ({shown}): "
+                         f"use an index below {count}")
     return ctx
 
 

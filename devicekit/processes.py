@@ -29,4 +29,12 @@ def spawn(fn, nprocs, args, kind):
         print(f"error: local rank {error.error_index} {how}; the other ranks were stopped",
               file=sys.stderr, flush=True)
         return error.exit_code if error.exit_code and error.exit_code > 0 else 1
+    except mp.ProcessRaisedException as error:
+        # torch's wrapper caught the child's exception, exited it with code 1 and passed
+        # its traceback here: show that traceback, then the same one line.
+        print(str(error).strip(), file=sys.stderr)
+        print(f"error: local rank {error.error_index} exited with code 1 (an uncaught "
+              "exception, traceback above); the other ranks were stopped",
+              file=sys.stderr, flush=True)
+        return 1
     return 0

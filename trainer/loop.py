@@ -12,6 +12,8 @@ import torch
 import devicekit
 from trainer.data import normalize
 
+WARMUP_STEPS = 5
+
 
 class Meter:
     """A running value and average, printed as `name value (average)`."""
@@ -58,13 +60,17 @@ def prepare_batch(images, target, device, channels_last):
 
 def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoch, run):
     """Train `model` for one epoch (capped at run.steps_per_epoch); returns
-    {"loss", "acc1", "acc5", "images_per_sec"} of this rank, measured on the device."""
+    {"loss", "acc1", "acc5", "images_per_sec"} of this rank, measured on the device
+    (images per second after the first WARMUP_STEPS steps, when the epoch is long enough)."""
     model.train()
     steps = len(loader) if run.steps_per_epoch is None else min(len(loader), run.steps_per_epoch)
     batch_time, data_time = Meter("Time", "6.3f"), Meter("Data", "6.3f")
     losses, top1, top5 = Meter("Loss", ".4e"), Meter("Acc@1", "6.2f"), Meter("Acc@5", "6.2f")
     totals = torch.zeros(3, device=run.device)  # loss sum, top-1 hits, top-5 hits
     count = 0
+    # Throughput leaves out the first steps (start-up, allocator warm-up) when there are enough.
+    timed_from = WARMUP_STEPS if steps > 2 * WARMUP_STEPS else 0
+    timed_images = 0
     start = end = time.perf_counter()
     for step, (images, target) in enumerate(loader):
         if step >= steps:
@@ -88,6 +94,11 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
             n = target.size(0)
             count += n
             totals += torch.stack([loss.detach().float() * n, hits1.float(), hits5.float()])
+        if step + 1 == timed_from:
+            run.kind.synchronize()
+            start = time.perf_counter()
+        elif step >= timed_from:
+            timed_images += n
         batch_time.update(time.perf_counter() - end)
         if run.is_main and (step % run.print_freq == 0 or step + 1 == steps):
             # The only host reads of the step: when a line is printed.
@@ -102,7 +113,7 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
     loss_sum, hits1, hits5 = totals.tolist()
     return {"loss": loss_sum / max(count, 1), "acc1": 100 * hits1 / max(count, 1),
             "acc5": 100 * hits5 / max(count, 1),
-            "images_per_sec": count / elapsed if elapsed > 0 else 0.0}
+            "images_per_sec": timed_images / elapsed if elapsed > 0 else 0.0}
 
 
 def _optimizer_step(model, optimizer, scaler, clip_grad):

@@ -1,0 +1,398 @@
+"""Every bad input to main.py is one line on stderr naming the problem, exit code 2, no
+traceback, and nothing written; plus devicekit.checkpoint's atomic save and safe load.
+
+The main.py cases run as subprocesses. Each costs about one `import torch`, so the cases
+this session selected are started together on a small thread pool when the first one is
+needed, and each test then checks its own result.
+"""
+
+import collections
+import concurrent.futures
+import os
+import pickle
+import random
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import models
+from devicekit import checkpoint
+from devicekit.errors import UsageError
+from trainer import state
+
+from conftest import ROOT, clean_environ
+
+TIMEOUT_S = 120
+MAIN = os.path.join(ROOT, "main.py")
+FAKE_NPU = os.path.join(ROOT, "tests", "fake_npu")
+# A tiny run: every valid part of a bad command line is cheap.
+TINY = ["-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "8", "--epochs", "1",
+        "--steps-per-epoch", "2", "--val-steps", "1", "-j", "0", "-p", "1"]
+ENV_LAUNCH = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": "29531"}
+
+
+# -- fixture helpers ----------------------------------------------------------------------
+
+class RunsCode:
+    """Unpickling this runs `touch <marker>`: a stand-in for a malicious checkpoint."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def write_image(path, colour=(10, 20, 30), size=(40, 36)):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.new("RGB", size, colour).save(path)
+
+
+def make_data_dir(root, train=("a", "b"), val=("a", "b"), per_class=2, empty=()):
+    """root/{train,val}/<class>/*.png; the classes in `empty` get a folder with no image."""
+    for split, classes in (("train", train), ("val", val)):
+        for index, name in enumerate(classes):
+            os.makedirs(os.path.join(root, split, name), exist_ok=True)
+            if (split, name) in empty:
+                continue
+            for n in range(per_class):
+                write_image(os.path.join(root, split, name, f"{n}.png"), (40 * index, 7 * n, 99))
+    return str(root)
+
+
+def write_checkpoint(path, arch="tinynet"):
+    """A real training checkpoint, as main.py writes it."""
+    model = models.create(arch, num_classes=10)
+    optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+    scheduler = state.make_scheduler(optimizer, 1, 0, "step", 2)
+    state.save(os.path.dirname(path), state.checkpoint_state(
+        1, arch, model, 12.5, optimizer, scheduler, None), True)
+    os.replace(os.path.join(os.path.dirname(path), state.CHECKPOINT), path)
+    os.unlink(os.path.join(os.path.dirname(path), state.BEST))
+    return path
+
+
+def build_files(d):
+    """Every file the cases point at, under `d` (placeholders {d} in the cases)."""
+    os.makedirs(d, exist_ok=True)
+    make_data_dir(os.path.join(d, "no_val"), val=())
+    make_data_dir(os.path.join(d, "no_train"), train=())
+    make_data_dir(os.path.join(d, "empty_class"), empty={("train", "b")})
+    with open(os.path.join(d, "bad.yaml"), "w") as f:
+        f.write("arch: [tinynet\nlr: 0.1\n")
+    with open(os.path.join(d, "unknown.yaml"), "w") as f:
+        f.write("arch: tinynet\nbogus-key: 1\n")
+    with open(os.path.join(d, "tag.yaml"), "w") as f:
+        f.write(f'arch: !!python/object/apply:os.system ["touch {d}/yaml_marker"]\n')
+    with open(os.path.join(d, "list.yaml"), "w") as f:
+        f.write("- arch\n- tinynet\n")
+    good = write_checkpoint(os.path.join(d, "good.pth.tar"))
+    data = open(good, "rb").read()
+    with open(os.path.join(d, "truncated.pth.tar"), "wb") as f:
+        f.write(data[:len(data) // 2])
+    with open(os.path.join(d, "random.pth.tar"), "wb") as f:
+        f.write(random.Random(0).randbytes(4096))
+    open(os.path.join(d, "empty.pth.tar"), "wb").close()
+    torch.save({"epoch": 1, "state_dict": RunsCode(f"{d}/torch_marker")},
+               os.path.join(d, "evil_torch.pth.tar"))
+    with open(os.path.join(d, "evil_pickle.pth.tar"), "wb") as f:
+        pickle.dump(RunsCode(f"{d}/pickle_marker"), f, protocol=2)
+    torch.save({"weights": torch.ones(2)}, os.path.join(d, "not_a_checkpoint.pth.tar"))
+
+
+# -- the cases ----------------------------------------------------------------------------
+
+Case = collections.namedtuple("Case", "id argv needles env dummy fake_npu marker",
+                              defaults=(None, True, False, None))
+
+CASES = [
+    Case("unknown-arch", ["-a", "resnt50"],
+         ["unknown architecture 'resnt50'", "did you mean 'resnet50'?"]),
+    Case("batch-not-divisible", ["--multiprocessing-distributed", "--nproc-per-node", "2",
+                                 "-b", "7"],
+         ["--batch-size 7", "does not divide over 2 processes", "use 6 or 8"]),
+    Case("batch-below-processes", ["--multiprocessing-distributed", "--nproc-per-node", "2",
+                                   "-b", "1"],
+         ["--batch-size 1 is smaller than the 2 processes", "--batch-size 2 or more"]),
+    Case("rank-not-below-world", [], ["RANK=2 is not below WORLD_SIZE=2"],
+         env={**ENV_LAUNCH, "RANK": "2"}),
+    Case("local-rank-not-below-local-world", [],
+         ["LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"],
+         env={**ENV_LAUNCH, "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}),
+    Case("env-without-master-addr", [], ["MASTER_ADDR is not set", "torchrun"],
+         env={k: v for k, v in ENV_LAUNCH.items() if k != "MASTER_ADDR"}),
+    Case("mp-distributed-under-launcher", ["--multiprocessing-distributed"],
+         ["drop --multiprocessing-distributed"], env=ENV_LAUNCH),
+    Case("world-size-without-rank", ["--world-size", "2"], ["--world-size 2 needs --rank"]),
+    Case("npu-not-installed", ["--device", "npu"], ["--device npu", "torch_npu is not installed"]),
+    Case("cuda-on-cpu-torch", ["--device", "cuda"], ["--device cuda", "no CUDA support"]),
+    # Without torch_npu the "not installed" line comes first; either answer is one line.
+    Case("ascend-visible-unordered", ["--device", "npu"], ["npu"],
+         env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"}),
+    # The simulated torch_npu lets a CPU machine express device-index problems.
+    Case("fake-npu-visible-unordered", ["--device", "npu"],
+         ["ASCEND_RT_VISIBLE_DEVICES='1,0' is not in ascending order",
+          "ASCEND_RT_VISIBLE_DEVICES=0,1"],
+         env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"}, fake_npu=True),
+    Case("fake-npu-gpu-out-of-range", ["--device", "npu", "--gpu", "1"],
+         ["--gpu 1 but only 1 npu device(s) are visible", "below 1"],
+         env={"FAKE_NPU_COUNT": "1"}, fake_npu=True),
+    Case("fake-npu-local-rank-out-of-range", ["--device", "npu"],
+         ["LOCAL_RANK=1 but only 1 npu device(s) are visible"],
+         env={**ENV_LAUNCH, "RANK": "1", "LOCAL_RANK": "1", "FAKE_NPU_COUNT": "1"},
+         fake_npu=True),
+    Case("data-dir-missing", ["{d}/nowhere"], ["data directory", "does not exist"], dummy=False),
+    Case("data-dir-not-given", [], ["no data directory given", "--dummy"], dummy=False),
+    Case("data-without-train", ["{d}/no_train"], ["has no train/ folder", "DIR/train/<class>"],
+         dummy=False),
+    Case("data-without-val", ["{d}/no_val"], ["has no val/ folder", "DIR/val/<class>"],
+         dummy=False),
+    Case("empty-class-folder", ["{d}/empty_class"],
+         ["class folder", "empty_class/train/b has no images"], dummy=False),
+    Case("config-missing", ["--config", "{d}/nowhere.yaml"], ["--config", "does not exist"]),
+    Case("config-not-yaml", ["--config", "{d}/bad.yaml"], ["bad.yaml' is not valid YAML at line"]),
+    Case("config-not-mapping", ["--config", "{d}/list.yaml"],
+         ["must be a mapping of option: value, not a list"]),
+    Case("config-unknown-key", ["--config", "{d}/unknown.yaml"],
+         ["has unknown option(s): bogus-key"]),
+    Case("config-python-tag", ["--config", "{d}/tag.yaml"],
+         ["could not determine a constructor", "python/object/apply:os.system",
+          "refused (safe_load)"], marker="yaml_marker"),
+    Case("epochs-zero", ["--epochs", "0"], ["--epochs 0 must be at least 1"]),
+    Case("epochs-negative", ["--epochs", "-1"], ["--epochs -1 must be at least 1"]),
+    Case("lr-zero", ["--lr", "0"], ["--lr 0 must be positive"]),
+    Case("lr-negative", ["--lr", "-0.1"], ["--lr -0.1 must be positive"]),
+    Case("workers-negative", ["--workers", "-1"], ["--workers -1 must be at least 0"]),
+    Case("batch-zero", ["-b", "0"], ["--batch-size 0 must be at least 1"]),
+    Case("resume-missing", ["--resume", "{d}/nowhere.pth.tar"],
+         ["--resume", "nowhere.pth.tar' does not exist"]),
+    Case("resume-random-bytes", ["--resume", "{d}/random.pth.tar"],
+         ["random.pth.tar' is corrupt or not written by torch.save", "intact copy"]),
+    Case("resume-empty-file", ["--resume", "{d}/empty.pth.tar"],
+         ["empty.pth.tar' is truncated or not a PyTorch checkpoint"]),
+    Case("resume-truncated", ["--resume", "{d}/truncated.pth.tar"],
+         ["truncated.pth.tar' is truncated or not a PyTorch checkpoint", "intact copy"]),
+    Case("resume-other-arch", ["-a", "tinynet_nobn", "--resume", "{d}/good.pth.tar"],
+         ["was written for --arch tinynet, not tinynet_nobn", "pass --arch tinynet"]),
+    Case("resume-not-a-training-checkpoint", ["--resume", "{d}/not_a_checkpoint.pth.tar"],
+         ["is not a training checkpoint", "epoch, arch, state_dict, optimizer"]),
+    Case("resume-malicious-torch-save", ["--resume", "{d}/evil_torch.pth.tar"],
+         ["holds objects other than tensors", "weights_only=True", "posix.system"],
+         marker="torch_marker"),
+    Case("resume-malicious-pickle", ["--resume", "{d}/evil_pickle.pth.tar"],
+         ["holds objects other than tensors", "weights_only=True"], marker="pickle_marker"),
+    Case("pretrained-malicious", ["--pretrained", "{d}/evil_torch.pth.tar"],
+         ["--pretrained file", "weights_only=True"], marker="torch_marker"),
+    Case("pretrained-other-arch", ["-a", "tinynet_nobn", "--pretrained", "{d}/good.pth.tar"],
+         ["does not fit this model", "missing", "check --arch"]),
+    Case("pretrained-without-path", ["--pretrained"],
+         ["--pretrained needs a PATH", "cannot download weights"]),
+    Case("unknown-flag", ["--bogus"], ["unrecognized arguments: --bogus", "--help"]),
+]
+BY_ID = {case.id: case for case in CASES}
+assert len(BY_ID) == len(CASES)
+
+
+def run_main(argv, env=None, fake_npu=False, cwd=None):
+    environ = clean_environ(**(env or {}))
+    if fake_npu:
+        environ["PYTHONPATH"] = os.pathsep.join([FAKE_NPU, environ["PYTHONPATH"]])
+    return subprocess.run([sys.executable, MAIN, *argv], env=environ, cwd=cwd,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def run_case(case, d):
+    argv = TINY + (["--dummy"] if case.dummy else []) + [a.format(d=d) for a in case.argv]
+    argv += ["--output-dir", os.path.join(d, f"out-{case.id}")]
+    env = {key: value.format(d=d) for key, value in (case.env or {}).items()}
+    return run_main(argv, env, case.fake_npu, cwd=d)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("bad_input"))
+    build_files(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, files):
+    """{case id: future of its CompletedProcess} for the cases this session runs."""
+    wanted = [item.callspec.params["case_id"] for item in request.session.items
+              if item.module.__name__ == __name__ and hasattr(item, "callspec")
+              and "case_id" in item.callspec.params]
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1))
+    futures = {case_id: pool.submit(run_case, BY_ID[case_id], files) for case_id in wanted}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def assert_one_line_error(result, needles):
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("case_id", list(BY_ID))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, files):
+    case = BY_ID[case_id]
+    if case_id == "cuda-on-cpu-torch" and torch.accelerator.current_accelerator() is not None:
+        pytest.skip("this torch has an accelerator")
+    if case_id in ("npu-not-installed", "ascend-visible-unordered"):
+        from devicekit.kinds.npu import NpuKind
+        if NpuKind.is_installed():
+            pytest.skip("torch_npu is installed here")
+    result = outcomes[case_id].result(timeout=TIMEOUT_S * 2)
+    assert_one_line_error(result, case.needles)
+    out = os.path.join(files, f"out-{case_id}")
+    assert not os.path.exists(out) or not os.listdir(out), os.listdir(out)
+    if case.marker:
+        assert not os.path.exists(os.path.join(files, case.marker)), "the file's code ran"
+
+
+# -- a corrupt image is not a usage error: skipped with a warning naming it -------------------
+
+def test_corrupt_image_is_skipped_with_a_warning_and_training_completes(tmp_path):
+    data = make_data_dir(tmp_path / "data", per_class=2)
+    bad = tmp_path / "data" / "train" / "a" / "1.png"
+    bad.write_bytes(b"this is not a png")
+    out = tmp_path / "out"
+    # 4 training images, batch 2, no step cap: every image is read once.
+    result = run_main(["-a", "tinynet", "--num-classes", "2", "--image-size", "32", "-b", "2",
+                       "--epochs", "1", "-j", "0", "--output-dir", str(out), data], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    warnings_ = [line for line in result.stderr.splitlines() if "skipping unreadable image" in line]
+    assert len(warnings_) == 1 and str(bad) in warnings_[0], result.stderr
+    assert (out / "checkpoint.pth.tar").is_file()
+
+
+# -- devicekit.checkpoint units -------------------------------------------------------------
+
+def test_save_atomic_failure_midway_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pth.tar"
+    checkpoint.save_atomic({"epoch": 1, "w": torch.arange(4.0)}, str(path))
+    before = path.read_bytes()
+
+    def broken_save(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a zip file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint.save_atomic({"epoch": 2, "w": torch.zeros(4)}, str(path))
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    loaded = checkpoint.load(str(path))
+    assert loaded["epoch"] == 1 and torch.equal(loaded["w"], torch.arange(4.0))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.pth.tar"]  # no temporary file left
+
+
+def test_save_atomic_interrupted_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pth.tar"
+    checkpoint.save_atomic({"epoch": 1}, str(path))
+
+    def interrupted(obj, handle, *args, **kwargs):
+        handle.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_atomic({"epoch": 2}, str(path))
+    monkeypatch.undo()
+    assert checkpoint.load(str(path))["epoch"] == 1
+    assert os.listdir(tmp_path) == ["checkpoint.pth.tar"]
+
+
+def test_save_atomic_replaces_and_creates_the_folder(tmp_path):
+    path = tmp_path / "new" / "checkpoint.pth.tar"
+    checkpoint.save_atomic({"epoch": 1}, str(path))
+    checkpoint.save_atomic({"epoch": 2}, str(path))
+    assert checkpoint.load(str(path))["epoch"] == 2
+    assert os.listdir(path.parent) == ["checkpoint.pth.tar"]
+
+
+def test_strip_prefix():
+    one = torch.ones(1)
+    assert checkpoint.strip_prefix({"module.a": one, "module.b.c": one}) == {"a": one, "b.c": one}
+    mixed = {"module.a": one, "b": one}
+    assert checkpoint.strip_prefix(mixed) == mixed  # only when every key carries it
+    assert checkpoint.strip_prefix({}) == {}
+    assert checkpoint.strip_prefix({"a.module.b": one}) == {"a.module.b": one}
+    assert checkpoint.strip_prefix({"x.a": one}, prefix="x.") == {"a": one}
+
+
+def test_load_state_dict_into_mismatch_names_the_keys():
+    model = models.create("tinynet", num_classes=10)
+    other = models.create("tinynet_nobn", num_classes=10).state_dict()
+    with pytest.raises(UsageError) as error:
+        checkpoint.load_state_dict_into(model, other, "--pretrained 'x.pth'")
+    message = str(error.value)
+    assert message.startswith("--pretrained 'x.pth' does not fit this model: ")
+    # tinynet has batch norm where tinynet_nobn has conv biases.
+    assert "15 missing (e.g. features.1.bias)" in message
+    assert "3 unexpected (e.g. features.0.bias)" in message
+    assert message.endswith("; check --arch and --num-classes")
+    with pytest.raises(UsageError, match=r"2 wrong shape \(e\.g\. fc\.bias\)"):
+        checkpoint.load_state_dict_into(
+            model, models.create("tinynet", num_classes=5).state_dict(), "src")
+
+
+def test_load_state_dict_into_accepts_a_ddp_prefix():
+    model = models.create("tinynet", num_classes=10)
+    source = models.create("tinynet", num_classes=10).state_dict()
+    checkpoint.load_state_dict_into(model, {f"module.{k}": v for k, v in source.items()}, "src")
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in source.items())
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("random.pth.tar", "is corrupt or not written by torch.save (weights_only=True unpickling "
+                       "failed: Unsupported operand"),
+    ("truncated.pth.tar", "is truncated or not a PyTorch checkpoint (PytorchStreamReader failed "
+                          "reading zip archive: failed finding central directory)"),
+    ("empty.pth.tar", "is truncated or not a PyTorch checkpoint (EOFError)"),
+    ("evil_torch.pth.tar", "holds objects other than tensors"),
+    ("evil_pickle.pth.tar", "holds objects other than tensors"),
+])
+def test_load_refuses_bad_files_in_one_line(files, name, needle):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's own warnings would be a second line
+        with pytest.raises(UsageError) as error:
+            checkpoint.load(os.path.join(files, name), "--resume checkpoint")
+    message = str(error.value)
+    assert needle in message and "\n" not in message, message
+    assert not os.path.exists(os.path.join(files, "torch_marker"))
+    assert not os.path.exists(os.path.join(files, "pickle_marker"))
+
+
+def test_load_plain_pickle_protocol_4_is_refused_without_a_torch_warning(tmp_path):
+    path = tmp_path / "plain.pkl"
+    with open(path, "wb") as f:
+        pickle.dump(RunsCode(str(tmp_path / "marker")), f, protocol=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UsageError, match="weights_only=True"):
+            checkpoint.load(str(path))
+    assert not (tmp_path / "marker").exists()
+
+
+def test_load_names_a_global_that_is_not_allowlisted(tmp_path):
+    # e.g. a checkpoint from another script that stored best_acc1 as a numpy scalar.
+    path = tmp_path / "numpy.pth.tar"
+    torch.save({"best_acc1": np.float64(1.0)}, path)
+    with pytest.raises(UsageError) as error:
+        checkpoint.load(str(path), "--resume checkpoint")
+    message = str(error.value)
+    assert "holds objects other than tensors" in message and "\n" not in message
+    assert "GLOBAL numpy._core.multiarray.scalar was not an allowed global" in message

@@ -7,6 +7,7 @@ written on an NPU loads on a GPU or CPU) and uses `weights_only=True`, so a file
 would run code when unpickled is refused.
 """
 
+import contextlib
 import os
 import pickle
 import tempfile
@@ -39,8 +40,10 @@ def save_atomic(obj, path):
     """torch.save `obj` to `path` so that `path` is always either the old or the new file."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    prefix = f".{os.path.basename(path)}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the group
         with os.fdopen(fd, "wb") as handle:
             torch.save(obj, handle)
             handle.flush()
@@ -51,6 +54,17 @@ def save_atomic(obj, path):
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+    # Temporary files of writers that were killed mid-write are garbage now.
+    for name in os.listdir(directory):
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _weights_only_reason(text):

@@ -91,6 +91,7 @@ while (( ${#RANK_OF[@]} > 0 )); do
     rank=${RANK_OF[$finished]}
     unset "RANK_OF[$finished]"
     if (( code != 0 )); then
+        kill -KILL -- "-$finished" 2>/dev/null || true  # its loader workers, if any
         echo "run_8p: local rank $rank failed first (exit code $code); see $LOG_DIR/rank_$rank.log;" \
              "stopping the other ranks" >&2
         tail -n 5 "$LOG_DIR/rank_$rank.log" >&2 || true

@@ -1,0 +1,98 @@
+"""Fault injection for tests/test_faults.py, loaded by Python at start-up through PYTHONPATH.
+
+Inert unless FAULT_KIND is set. Then, when `trainer.loop` is imported (by main.py, in a
+launcher's worker or in a process started by multiprocessing's spawn, which runs this
+file too), its train_one_epoch and prepare_batch are wrapped: in the process whose
+torch.distributed rank is FAULT_RANK, the FAULT_AT_STEP-th training step (counted from 1
+over the whole run) first writes {"time": time.time(), "rank", "step", "pid", "kind"} as
+JSON to FAULT_STAMP (atomically) and then
+
+    FAULT_KIND=kill   sends itself SIGKILL (a crash no Python code sees), or
+    FAULT_KIND=raise  raises RuntimeError("injected fault") (an ordinary Python error).
+
+The production code has no hook for this: the module is patched from outside.
+"""
+
+import os
+import sys
+
+_KIND = os.environ.get("FAULT_KIND")
+
+
+def _fault_now(rank, step):
+    stamp = os.environ.get("FAULT_STAMP")
+    if stamp:
+        import json
+        import time
+
+        tmp = f"{stamp}.{os.getpid()}.tmp"
+        with open(tmp, "w") as handle:
+            json.dump({"time": time.time(), "rank": rank, "step": step, "pid": os.getpid(),
+                       "kind": _KIND}, handle)
+        os.replace(tmp, stamp)  # the test never reads half a stamp
+    if _KIND == "kill":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError("injected fault")
+
+
+def _rank():
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+
+
+def _patch(loop):
+    fault_rank = int(os.environ.get("FAULT_RANK", "1"))
+    fault_step = int(os.environ.get("FAULT_AT_STEP", "1"))
+    state = {"training": False, "steps": 0}
+    train_one_epoch, prepare_batch = loop.train_one_epoch, loop.prepare_batch
+
+    def wrapped_train_one_epoch(*args, **kwargs):
+        state["training"] = True
+        try:
+            return train_one_epoch(*args, **kwargs)
+        finally:
+            state["training"] = False
+
+    def wrapped_prepare_batch(*args, **kwargs):
+        if state["training"]:  # validation batches are not steps
+            state["steps"] += 1
+            if state["steps"] == fault_step and _rank() == fault_rank:
+                _fault_now(fault_rank, fault_step)
+        return prepare_batch(*args, **kwargs)
+
+    # train_one_epoch looks prepare_batch up in the module's globals at every step, and
+    # main.py calls loop.train_one_epoch through the module: both wrappers take effect.
+    loop.train_one_epoch, loop.prepare_batch = wrapped_train_one_epoch, wrapped_prepare_batch
+
+
+class _PatchTrainerLoop:
+    """A meta-path finder that lets the normal finders load trainer.loop, then patches it."""
+
+    TARGET = "trainer.loop"
+
+    def find_spec(self, name, path, target=None):
+        if name != self.TARGET:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_and_patch  # this spec's own loader instance
+        return spec
+
+
+if _KIND in ("kill", "raise") and not any(isinstance(f, _PatchTrainerLoop) for f in sys.meta_path):
+    sys.meta_path.insert(0, _PatchTrainerLoop())

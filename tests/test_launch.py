@@ -168,7 +168,7 @@ def test_ascend_idiom_rank_id_and_gpu():
 def test_ascend_idiom_errors():
     with pytest.raises(UsageError, match="RANK_ID=8 is not below RANK_SIZE=8"):
         resolve({"RANK_ID": "8", "RANK_SIZE": "8"})
-    with pytest.raises(UsageError, match="--gpu=8 but only 8 cuda"):
+    with pytest.raises(UsageError, match="--gpu 8 but only 8 cuda"):
         resolve({"RANK_ID": "0", "RANK_SIZE": "8"}, kind=FakeAccelerator(8), gpu=8)
 
 
@@ -218,7 +218,7 @@ def test_bad_dist_url():
 def test_single_process():
     ctx = resolve({})
     assert (ctx.mode, ctx.world_size, ctx.distributed, ctx.is_main) == ("single", 1, False, True)
-    with pytest.raises(UsageError, match="--gpu=1 but only 1 cuda"):
+    with pytest.raises(UsageError, match="--gpu 1 but only 1 cuda"):
         resolve({}, kind=FakeAccelerator(1), gpu=1)
 
 

@@ -50,20 +50,26 @@ def train(ctx, kind, ngpus_per_node, args):
     device = kind.device_for(ctx)
     batch_size, workers = devicekit.split_per_process(args.batch_size, args.workers,
                                                       ngpus_per_node)
+    amp = kind.default_amp() if args.amp is None else args.amp
+    channels_last = (kind.prefers_channels_last(amp) if args.channels_last is None
+                     else args.channels_last)
     if ctx.is_main:
+        precision = f"AMP {kind.amp_dtype()}".replace("torch.", "") if amp else "fp32"
         print(f"=> {args.arch} on {kind.name} ({ctx.describe()}), batch {batch_size} per "
-              f"process, {workers} loader workers per process", flush=True)
-
+              f"process, {workers} loader workers per process, {precision}"
+              f"{', channels_last' if channels_last else ''}", flush=True)
     model = models.create(args.arch, num_classes=args.num_classes)
     if args.pretrained:
         state.load_pretrained(args.pretrained, model)
-    model.to(device)
+    model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     ddp_model = devicekit.wrap_ddp(model, kind, ctx)
+    if args.compile:
+        ddp_model = torch.compile(ddp_model)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
     scaler = devicekit.grad_scaler(
-        kind, args.amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16)
+        kind, amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16)
 
     train_set, val_set = data.build_datasets(args.data_dir, args.dummy, args.image_size,
                                              args.num_classes, args.seed)
@@ -81,7 +87,7 @@ def train(ctx, kind, ngpus_per_node, args):
             print(f"=> resumed {args.resume!r} at epoch {start_epoch}", flush=True)
 
     run = types.SimpleNamespace(
-        kind=kind, device=device, is_main=ctx.is_main, amp=args.amp, channels_last=False,
+        kind=kind, device=device, is_main=ctx.is_main, amp=amp, channels_last=channels_last,
         grad_accum=args.grad_accum, clip_grad=args.clip_grad, print_freq=args.print_freq,
         steps_per_epoch=args.steps_per_epoch, val_steps=args.val_steps)
 

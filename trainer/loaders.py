@@ -40,8 +40,10 @@ class EpochSeededDataset(Dataset):
 
     def __getitem__(self, key):
         epoch, index = key
+        # Wrapped to 64 bits: torch.manual_seed refuses anything wider (--seed 2000000 did).
+        key = ((self.seed * 1_000_003 + epoch) * 10_000_019 + index) & 0xFFFF_FFFF_FFFF_FFFF
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed((self.seed * 1_000_003 + epoch) * 10_000_019 + index)
+            torch.manual_seed(key)
             return self.dataset[index]
 
 

@@ -90,7 +90,11 @@ def build_parser():
                    help="device kind (default auto: npu, then cuda, then cpu)")
     p.add_argument("--device-list", type=_device_list, default=None, metavar="IDS",
                    help="device ids for this node's processes, e.g. 0,1,2,3")
-    p.add_argument("--amp", action="store_true", help="mixed precision (autocast)")
+    p.add_argument("--amp", action="store_const", const=True, default=None,
+                   help="mixed precision (autocast); default: on where it pays on the device "
+                        "(CPUs with native bf16, CUDA GPUs)")
+    p.add_argument("--no-amp", action="store_const", const=False, dest="amp",
+                   help="full fp32")
     p.add_argument("--loss-scale", type=_loss_scale, default=None,
                    help="float16 loss scale: a number (initial scale) or 'dynamic'")
     p.add_argument("--opt-level", default=None, choices=["O0", "O1", "O2", "O3"],
@@ -117,29 +121,36 @@ def build_parser():
                    help="accumulate gradients over N steps (default 1)")
     p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                    help="clip the gradient norm")
+    p.add_argument("--channels-last", action="store_const", const=True, default=None,
+                   help="channels_last memory format; default: where the device prefers it")
+    p.add_argument("--no-channels-last", action="store_const", const=False,
+                   dest="channels_last", help="keep NCHW")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     return p
 
 
 def _config_argv(parser, config):
     """The config's values as command-line tokens, placed before the real command line so
     that a flag given there wins."""
-    options = {action.dest: action for action in parser._actions if action.option_strings}
     tokens = []
     for key, value in config.items():
-        if key == "data_dir":
-            key = "data"
-        action = options[key]
-        flag = next((s for s in action.option_strings if s.startswith("--")),
-                    action.option_strings[0])
-        if isinstance(action, argparse._StoreTrueAction):
+        key = "data" if key == "data_dir" else key
+        actions = [action for action in parser._actions
+                   if action.dest == key and action.option_strings]
+        switches = [action for action in actions if action.nargs == 0]  # --x / --no-x
+        if switches:
             if not isinstance(value, bool):
                 raise UsageError(f"--config: {key} must be true or false, not {value!r}")
-            if value:
-                tokens.append(flag)
+            tokens += [_long_flag(action) for action in switches if action.const is value][:1]
         elif value is not None:
             text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-            tokens.append(f"{flag}={text}")
+            tokens.append(f"{_long_flag(actions[0])}={text}")
     return tokens
+
+
+def _long_flag(action):
+    return next((flag for flag in action.option_strings if flag.startswith("--")),
+                action.option_strings[0])
 
 
 def _positive(name, value, minimum=1):

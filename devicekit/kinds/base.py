@@ -117,6 +117,15 @@ class DeviceKind:
             raise UsageError(
                 f"unknown AMP dtype {requested!r}: use float16 or bfloat16") from None
 
+    def default_amp(self):
+        """Whether mixed precision is on when the user does not say (where it was measured
+        to pay on this kind)."""
+        return False
+
+    def prefers_channels_last(self, amp):
+        """Whether channels_last memory format is faster here (with or without AMP)."""
+        return False
+
     def needs_grad_scaler(self, dtype):
         """float16 gradients underflow without loss scaling; bfloat16 keeps fp32's range."""
         return dtype == torch.float16

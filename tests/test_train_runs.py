@@ -1,0 +1,679 @@
+"""Real training runs of main.py (gloo on loopback), and the pieces they rely on.
+
+Slow tests start main.py the ways people do -- torchrun, torch.distributed.launch,
+--multiprocessing-distributed, launch/run_8p.sh and Ascend's RANK_ID/RANK_SIZE idiom -- and
+check what the runs leave behind: the same weights under every launcher, one process with
+batch B agreeing with two processes with B/2 each (no batch norm), every validation sample
+counted exactly once whatever the world size, a resumed run equal to an uninterrupted one,
+and the README's demo reaching >= 90 % top-1.
+
+Every child gets its own session and an explicit environment (one OpenMP thread, cpu
+forced, no launcher variables from the test's own environment); its output goes to files;
+every wait has a timeout. The process tree under each child is recorded while it runs and
+killed when the test ends -- torchrun's workers and run_8p.sh's ranks start sessions of
+their own, so killing the child's process group alone could leave them behind.
+
+Fast tests cover the learning-rate schedule, the exact validation shard and the
+per-sample augmentation seeding.
+"""
+
+import json
+import math
+import os
+import random
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import devicekit
+import models
+from conftest import clean_environ
+from devicekit.launch import find_free_port
+from trainer import data, state
+from trainer.demo_data import make_demo_dataset, read_marker
+from trainer.loaders import EpochSeededDataset, ShardSampler
+
+REPO = Path(__file__).resolve().parents[1]
+NPROC = 2
+RUN_TIMEOUT_S = 300  # one tiny 2-rank run takes ~10 s on 2 cores
+DEMO_TIMEOUT_S = 600  # the demo recipe takes ~2.5 min on 2 cores
+
+TINY = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "16",
+        "--epochs", "2", "--steps-per-epoch", "3", "--val-steps", "2", "-j", "0", "-p", "100"]
+LAUNCHERS = ["torchrun", "launch", "spawn", "run_8p", "ascend"]
+# The LaunchContext.mode rank 0 prints for each way of starting.
+EXPECTED_MODE = {"torchrun": "torchrun", "launch": "launch", "spawn": "spawn",
+                 "run_8p": "env", "ascend": "ascend", "single": "single"}
+CHECKPOINT_KEYS = {"epoch", "arch", "state_dict", "best_acc1", "optimizer", "scheduler"}
+# metrics.jsonl fields that depend only on the computation (not on the clock).
+DETERMINISTIC_METRICS = ("epoch", "train_loss", "train_acc1", "val_loss", "acc1", "acc5",
+                         "val_samples", "lr", "world_size")
+# run_8p.sh's own knobs, which must not leak in from the test's environment.
+_SCRIPT_VARS = ("NPROC_PER_NODE", "NNODES", "NODE_RANK", "LOG_DIR", "BIND_CORES", "PYTHON")
+
+
+def child_env(**extra):
+    """A launcher-free environment: repo importable, cpu forced, one OpenMP thread per
+    process (the ranks share 2 cores), unbuffered output, plus `extra`."""
+    env = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
+    for name in _SCRIPT_VARS:
+        env.pop(name, None)
+    env.update({name: str(value) for name, value in extra.items()})
+    return env
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+def _process_table():
+    """{pid: (ppid, start time)} for every process, read from /proc (zombies left out)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        if fields[0] in ("Z", "X"):
+            continue
+        table[int(name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def _wait_gone(pid, started, timeout):
+    """Wait (at most `timeout` s) for the process `pid` that started at `started` to end;
+    whether it did. A pidfd becomes readable when its process ends, child of ours or not."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        entry = _process_table().get(pid)
+        if entry is None or entry[1] != started:  # gone already (or the pid was reused)
+            return True
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return bool(ready)
+    finally:
+        os.close(fd)
+
+
+class Finished:
+    """What one process left behind."""
+
+    def __init__(self, returncode, stdout, stderr, seconds):
+        self.returncode, self.stdout, self.stderr, self.seconds = (
+            returncode, stdout, stderr, seconds)
+
+
+class Processes:
+    """Processes started by one test. While waiting, every descendant of theirs is noted
+    (pid and start time); on exit all of them and the children's process groups are killed."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._started = []  # (Popen, stdout file, stderr file, start time)
+        self._seen = {}  # pid -> start time, of every descendant noticed
+
+    def __enter__(self):
+        return self
+
+    def start(self, name, argv, env):
+        out = open(self.directory / f"{name}.stdout", "w+")
+        err = open(self.directory / f"{name}.stderr", "w+")
+        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True)
+        self._started.append((proc, out, err, time.monotonic()))
+        self._note_descendants()
+        return proc
+
+    def _note_descendants(self):
+        table = _process_table()
+        children = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        stack = [proc.pid for proc, *_ in self._started]
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child not in self._seen:
+                    self._seen[child] = table[child][1]
+                    stack.append(child)
+
+    def read(self, proc):
+        _, out, err, started = next(entry for entry in self._started if entry[0] is proc)
+        for handle in (out, err):
+            handle.flush()
+            handle.seek(0)
+        return Finished(proc.returncode, out.read(), err.read(), time.monotonic() - started)
+
+    def finish_all(self, procs, timeout):
+        """Wait for every one of `procs` (all within `timeout` s); return what they left."""
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            while True:
+                self._note_descendants()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    outputs = "\n".join(f"--- {p.args}\n[stdout]\n{r.stdout}\n[stderr]\n{r.stderr}"
+                                        for p in procs for r in [self.read(p)])
+                    pytest.fail(f"the run did not finish within {timeout} s\n{outputs}")
+                try:
+                    proc.wait(timeout=min(1.0, left))
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # A launcher has exited; whatever it started (workers, run_8p.sh's tee) must end too.
+        for pid, started in list(self._seen.items()):
+            if not _wait_gone(pid, started, max(0.0, deadline - time.monotonic())):
+                pytest.fail(f"process {pid} outlived its launcher by {timeout} s\n"
+                            + describe([self.read(p) for p in procs]))
+        return [self.read(proc) for proc in procs]
+
+    def __exit__(self, *exc):
+        self._note_descendants()
+        for proc, *_ in self._started:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the session's group this test created
+            except (ProcessLookupError, PermissionError):
+                pass
+        table = _process_table()
+        for pid, started in self._seen.items():
+            if pid in table and table[pid][1] == started:  # the same process, not a reused pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc, out, err, _ in self._started:
+            proc.wait()
+            out.close()
+            err.close()
+        return False
+
+
+def describe(results):
+    return "\n".join(f"--- process {i}: exit {r.returncode}\n[stdout]\n{r.stdout}\n"
+                     f"[stderr]\n{r.stderr}" for i, r in enumerate(results))
+
+
+def main_py(*args):
+    return [sys.executable, "main.py", *map(str, args)]
+
+
+def run_training(launcher, args, directory, nproc=NPROC, timeout=RUN_TIMEOUT_S):
+    """Run main.py with `args` started the way `launcher` does, with `nproc` ranks; return
+    the Finished of every process the test started (rank 0's output first)."""
+    directory = Path(directory)
+    args = [str(arg) for arg in args]
+    with Processes(directory / "processes") as procs:
+        if launcher == "torchrun":
+            argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc-per-node", str(nproc), "main.py", *args]
+            started = [procs.start(launcher, argv, child_env())]
+        elif launcher == "launch":
+            # Its static rendezvous defaults to port 29500: give it a free one. It appends
+            # --local-rank=N to every worker's command line.
+            argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node",
+                    str(nproc), "--master_addr", "127.0.0.1", "--master_port",
+                    str(find_free_port()), "main.py", *args]
+            started = [procs.start(launcher, argv, child_env())]
+        elif launcher == "spawn":
+            argv = main_py("--multiprocessing-distributed", "--nproc-per-node", nproc, *args)
+            started = [procs.start(launcher, argv, child_env())]
+        elif launcher == "run_8p":
+            env = child_env(NPROC_PER_NODE=nproc, LOG_DIR=directory / "logs",
+                            PYTHON=sys.executable)
+            started = [procs.start(launcher, ["bash", "launch/run_8p.sh", *args], env)]
+        elif launcher == "ascend":
+            port = find_free_port()
+            started = [procs.start(f"rank{i}", main_py("--gpu", i, "--rank", 0, "--world-size", 1,
+                                                       "--multiprocessing-distributed", *args),
+                                   child_env(RANK_ID=i, RANK_SIZE=nproc,
+                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                       for i in range(nproc)]
+        elif launcher == "single":
+            assert nproc == 1
+            started = [procs.start(launcher, main_py(*args), child_env())]
+        else:
+            raise AssertionError(launcher)
+        results = procs.finish_all(started, timeout)
+    for result in results:
+        assert result.returncode == 0, describe(results)
+        assert "Traceback" not in result.stderr, describe(results)
+    return results
+
+
+def assert_started_as(stdout, launcher, world_size):
+    mode = EXPECTED_MODE[launcher]
+    assert re.search(rf"^=> \S+ on cpu \({mode}: rank 0/{world_size},", stdout, re.M), stdout
+
+
+def printed_accuracies(stdout):
+    """The (Acc@1, Acc@5) strings of every ` * Acc@1 X Acc@5 Y` line, in order."""
+    return re.findall(r"^ \* Acc@1 (\S+) Acc@5 (\S+)$", stdout, re.M)
+
+
+def progress_lines(stdout):
+    """The training/validation progress lines (rank 0's job alone) in `stdout`."""
+    return re.findall(r"^(?:Epoch: \[|Test: \[| \* Acc@1 |=> \S+ on ).*$", stdout, re.M)
+
+
+def read_metrics(output_dir):
+    with open(Path(output_dir) / state.METRICS, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def deterministic(rows):
+    return [{key: row[key] for key in DETERMINISTIC_METRICS} for row in rows]
+
+
+def load_checkpoint(output_dir, name=state.CHECKPOINT):
+    return torch.load(Path(output_dir) / name, map_location="cpu", weights_only=True)
+
+
+def _bits(tensor):
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_bitwise_equal(left, right, where="checkpoint"):
+    """Nested dicts/lists/tuples equal, tensors bit for bit (dtype and shape included)."""
+    if isinstance(left, torch.Tensor):
+        assert isinstance(right, torch.Tensor), where
+        assert left.dtype == right.dtype and left.shape == right.shape, where
+        assert torch.equal(_bits(left), _bits(right)), (
+            f"{where} differs (max abs diff "
+            f"{(left.double() - right.double()).abs().max().item():.3g})")
+    elif isinstance(left, dict):
+        assert isinstance(right, dict) and set(left) == set(right), (
+            where, sorted(map(str, left)), sorted(map(str, right)))
+        for key in left:
+            assert_bitwise_equal(left[key], right[key], f"{where}[{key!r}]")
+    elif isinstance(left, (list, tuple)):
+        assert isinstance(right, (list, tuple)) and len(left) == len(right), where
+        for index, (a, b) in enumerate(zip(left, right)):
+            assert_bitwise_equal(a, b, f"{where}[{index}]")
+    else:
+        assert left == right, f"{where}: {left!r} != {right!r}"
+
+
+def initial_state_dict(arch, num_classes, seed=0):
+    """The weights rank 0 of a run starts from (main.train: seed_everything, then create),
+    made here without touching this process's random state."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            devicekit.seed_everything(seed, 0)
+            model = models.create(arch, num_classes=num_classes)
+            return {key: value.detach().clone() for key, value in model.state_dict().items()}
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+# -- 1. the same weights under every launcher ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def launcher_runs(tmp_path_factory):
+    """Each launcher's 2-rank TINY run, made once per module: (results, output dir)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            directory = tmp_path_factory.mktemp(name)
+            output = directory / "out"
+            results = run_training(name, [*TINY, "--output-dir", output], directory)
+            cache[name] = (results, output)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_training_runs_under_launcher(launcher, launcher_runs):
+    results, output = launcher_runs(launcher)
+    stdout = results[0].stdout
+    assert_started_as(stdout, launcher, NPROC)
+    assert "batch 8 per process" in stdout, stdout  # -b 16 is the node's total
+    assert len(printed_accuracies(stdout)) == 2, stdout  # one validation per epoch, rank 0 only
+    if launcher == "ascend":
+        assert not progress_lines(results[1].stdout), "only rank 0 reports progress"
+    if launcher == "run_8p":
+        assert (output.parent / "logs" / "rank_0.log").read_text() == stdout
+        rank1 = (output.parent / "logs" / "rank_1.log").read_text()
+        assert not progress_lines(rank1), "only rank 0 reports progress"
+
+    checkpoint = load_checkpoint(output)
+    assert set(checkpoint) == CHECKPOINT_KEYS
+    assert type(checkpoint["epoch"]) is int and checkpoint["epoch"] == 2
+    assert checkpoint["arch"] == "tinynet"
+    assert type(checkpoint["best_acc1"]) is float
+    assert not any(key.startswith("module.") for key in checkpoint["state_dict"])
+    assert set(checkpoint["state_dict"]) == set(initial_state_dict("tinynet", 10))
+    assert (output / state.BEST).is_file()
+
+    rows = read_metrics(output)
+    assert [row["epoch"] for row in rows] == [0, 1]
+    for row, (acc1, _) in zip(rows, printed_accuracies(stdout)):
+        assert row["world_size"] == NPROC
+        assert row["val_samples"] == 2 * 8 * NPROC  # --val-steps 2 of 8 per rank
+        assert f"{row['acc1']:.3f}" == acc1
+    assert checkpoint["best_acc1"] == max(row["acc1"] for row in rows)
+
+
+@pytest.mark.slow
+def test_every_launcher_trains_the_same_weights(launcher_runs):
+    reference_results, reference_output = launcher_runs(LAUNCHERS[0])
+    reference = load_checkpoint(reference_output)
+    reference_rows = read_metrics(reference_output)
+    initial = initial_state_dict("tinynet", 10)
+    assert any(not torch.equal(reference["state_dict"][key], initial[key])
+               for key in initial), "the reference run did not train"
+    for launcher in LAUNCHERS[1:]:
+        _, output = launcher_runs(launcher)
+        checkpoint = load_checkpoint(output)
+        assert_bitwise_equal(checkpoint["state_dict"], reference["state_dict"],
+                             f"{launcher} state_dict")
+        assert checkpoint["best_acc1"] == reference["best_acc1"], launcher
+        rows = read_metrics(output)
+        assert [(r["acc1"], r["val_samples"]) for r in rows] == [
+            (r["acc1"], r["val_samples"]) for r in reference_rows], launcher
+        assert deterministic(rows) == deterministic(reference_rows), launcher
+
+
+# -- 2. one process with batch B == two processes with B/2 (no batch norm) ----------------
+
+
+@pytest.mark.slow
+def test_two_ranks_match_one_rank_without_batch_norm(tmp_path):
+    # fp32: bf16 autocast (the CPU default where it is native) rounds each rank's half-batch
+    # differently, far beyond the float tolerance this comparison is about.
+    args = [*TINY, "-a", "tinynet_nobn", "--epochs", "1", "--val-steps", "1", "--no-amp"]
+    single_out, pair_out = tmp_path / "single" / "out", tmp_path / "pair" / "out"
+    single = run_training("single", [*args, "--output-dir", single_out], tmp_path / "single",
+                          nproc=1)
+    pair = run_training("torchrun", [*args, "--output-dir", pair_out], tmp_path / "pair")
+    assert_started_as(single[0].stdout, "single", 1)
+    assert "batch 16 per process" in single[0].stdout
+    assert_started_as(pair[0].stdout, "torchrun", 2)
+    assert "batch 8 per process" in pair[0].stdout
+
+    one = load_checkpoint(single_out)["state_dict"]
+    two = load_checkpoint(pair_out)["state_dict"]
+    initial = initial_state_dict("tinynet_nobn", 10)
+    assert set(one) == set(two) == set(initial)
+    # Not bitwise: the 2-rank gradient is (sum over 8 + sum over 8) / 2 summed by gloo's
+    # all-reduce, the 1-rank one a single reduction over 16; float addition is not
+    # associative, so the last bits differ (and 3 momentum steps carry them along).
+    for key in initial:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+    # ... and the runs did train: every tensor moved, by far more than the runs differ.
+    moved = max((one[key] - initial[key]).abs().max().item() for key in initial)
+    apart = max((one[key] - two[key]).abs().max().item() for key in initial)
+    for key in initial:
+        assert not torch.equal(one[key], initial[key]), f"1 rank: {key} never changed"
+        assert not torch.equal(two[key], initial[key]), f"2 ranks: {key} never changed"
+    assert moved > 1e-3 and apart < moved * 1e-3, (moved, apart)
+    assert read_metrics(single_out)[0]["world_size"] == 1
+    assert read_metrics(pair_out)[0]["world_size"] == 2
+
+
+# -- 3. every validation sample counts once, whatever the world size ----------------------
+
+SHAPES_CLASSES, SHAPES_VAL_PER_CLASS, SHAPES_TRAIN_PER_CLASS = 5, 5, 4
+SHAPES_VAL = SHAPES_CLASSES * SHAPES_VAL_PER_CLASS  # 25: divisible by neither 2 nor 3
+# -b 6 divides over 1, 2 and 3 ranks (6, 3, 2 per process): every shard ends in a
+# partial batch (25 = 4*6+1; 13+12 by 3; 9+8+8 by 2).
+SHAPES_ARGS = ["-a", "tinynet", "--num-classes", SHAPES_CLASSES, "--image-size", "32", "-b", "6",
+               "-j", "0", "-p", "100"]
+WORLDS = {1: "single", 2: "torchrun", 3: "spawn"}
+
+
+def expected_accuracy(checkpoint_path, val_dir):
+    """Acc@1 and Acc@5 of the checkpoint over every val image, computed here in one pass."""
+    model = models.create("tinynet", num_classes=SHAPES_CLASSES)
+    model.load_state_dict(torch.load(checkpoint_path, map_location="cpu",
+                                     weights_only=True)["state_dict"])
+    model.eval()
+    val = data.ImageFolder(val_dir, data.val_transform(32))
+    assert len(val) == SHAPES_VAL
+    images = torch.stack([val[i][0] for i in range(len(val))])
+    targets = torch.tensor([val[i][1] for i in range(len(val))])
+    with torch.no_grad():
+        top = model(data.normalize(images)).topk(5, dim=1).indices
+    hits = top.eq(targets.unsqueeze(1))
+    return (100.0 * hits[:, :1].any(dim=1).sum().item() / len(val),
+            100.0 * hits.any(dim=1).sum().item() / len(val))
+
+
+@pytest.mark.slow
+def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
+    shapes = make_demo_dataset(tmp_path / "shapes", num_classes=SHAPES_CLASSES,
+                               train_per_class=SHAPES_TRAIN_PER_CLASS,
+                               val_per_class=SHAPES_VAL_PER_CLASS, image_size=32)
+    # One short epoch per world size: metrics.jsonl counts the validation samples.
+    trained = {}
+    for world, launcher in WORLDS.items():
+        output = tmp_path / f"train{world}" / "out"
+        results = run_training(launcher, [shapes, *SHAPES_ARGS, "--epochs", "1",
+                                          "--steps-per-epoch", "2", "--output-dir", output],
+                               output.parent, nproc=world)
+        assert_started_as(results[0].stdout, launcher, world)
+        (row,) = read_metrics(output)
+        assert row["val_samples"] == SHAPES_VAL, (world, row)
+        assert row["world_size"] == world
+        hits = row["acc1"] * SHAPES_VAL / 100
+        assert abs(hits - round(hits)) < 1e-6, row  # a whole number of the 25 samples
+        assert printed_accuracies(results[0].stdout) == [
+            (f"{row['acc1']:.3f}", f"{row['acc5']:.3f}")]
+        trained[world] = output / state.CHECKPOINT
+
+    # The same checkpoint evaluated by 1, 2 and 3 ranks: the same accuracy, and the one a
+    # single pass over all 25 images here gives (so no sample was dropped or doubled).
+    checkpoint = trained[1]
+    acc1, acc5 = expected_accuracy(checkpoint, Path(shapes) / "val")
+    for world, launcher in WORLDS.items():
+        results = run_training(launcher, [shapes, *SHAPES_ARGS, "--evaluate", "--resume",
+                                          checkpoint], tmp_path / f"eval{world}", nproc=world)
+        assert_started_as(results[0].stdout, launcher, world)
+        assert printed_accuracies(results[0].stdout) == [(f"{acc1:.3f}", f"{acc5:.3f}")], (
+            world, results[0].stdout)
+
+
+# -- 4. resuming is exact -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_resumed_run_equals_uninterrupted_run(tmp_path, launcher_runs):
+    # The uninterrupted 2-epoch run is the torchrun run of the launcher tests.
+    _, straight = launcher_runs("torchrun")
+    output = tmp_path / "out"
+    first = run_training("torchrun", [*TINY, "--epochs", "1", "--output-dir", output],
+                         tmp_path / "first")
+    assert load_checkpoint(output)["epoch"] == 1
+    second = run_training("torchrun", [*TINY, "--epochs", "2", "--output-dir", output,
+                                       "--resume", output / state.CHECKPOINT],
+                          tmp_path / "second")
+    assert len(printed_accuracies(first[0].stdout)) == 1
+    assert re.search(r"^=> resumed .* at epoch 1$", second[0].stdout, re.M), second[0].stdout
+    assert "Epoch: [0]" not in second[0].stdout and "Epoch: [1]" in second[0].stdout
+
+    resumed, reference = load_checkpoint(output), load_checkpoint(straight)
+    assert resumed["epoch"] == reference["epoch"] == 2
+    assert_bitwise_equal(resumed["state_dict"], reference["state_dict"], "state_dict")
+    momentum = {index: entry["momentum_buffer"]
+                for index, entry in resumed["optimizer"]["state"].items()}
+    assert len(momentum) == len(list(models.create("tinynet", 10).parameters()))
+    assert all(buffer is not None for buffer in momentum.values())
+    assert_bitwise_equal(resumed["optimizer"], reference["optimizer"], "optimizer")
+    assert_bitwise_equal(resumed["scheduler"], reference["scheduler"], "scheduler")
+    assert resumed["best_acc1"] == reference["best_acc1"]
+    # The resumed run appended epoch 1 to the first run's epoch 0.
+    assert deterministic(read_metrics(output)) == deterministic(read_metrics(straight))
+
+
+# -- 5. the README's demo -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_demo_recipe_reaches_90_percent(tmp_path):
+    """`bash launch/run_8p.sh` with no arguments, as the README says: it writes the demo
+    data to the repository's data/demo (once) and the run to output/demo (both git-ignored),
+    appending to output/demo/metrics.jsonl."""
+    metrics = REPO / "output" / "demo" / state.METRICS
+    before = len(read_metrics(metrics.parent)) if metrics.exists() else 0
+    with Processes(tmp_path) as procs:
+        proc = procs.start("demo", ["bash", "launch/run_8p.sh"],
+                           child_env(LOG_DIR=tmp_path / "logs", PYTHON=sys.executable))
+        (result,) = procs.finish_all([proc], DEMO_TIMEOUT_S)
+    assert result.returncode == 0, describe([result])
+    assert "Traceback" not in result.stderr, describe([result])
+    assert_started_as(result.stdout, "run_8p", NPROC)
+    made = read_marker(REPO / "data" / "demo")
+    rows = read_metrics(metrics.parent)[before:]
+    assert [row["epoch"] for row in rows] == list(range(24)), rows
+    assert all(row["world_size"] == NPROC for row in rows)
+    assert all(row["val_samples"] == made["num_classes"] * made["val_per_class"] for row in rows)
+    assert rows[-1]["acc1"] >= 90.0, rows[-1]
+
+
+# -- fast: the learning-rate schedule ------------------------------------------------------
+
+
+def test_warmup_is_linear():
+    factors = [state.lr_factor(epoch, 90, 5, "step") for epoch in (0, 1, 2, 3, 4)]
+    assert factors[0] == pytest.approx(1e-3 / 5)
+    steps = [b - a for a, b in zip(factors, factors[1:])]
+    assert steps == pytest.approx([0.2] * 4)
+    assert state.lr_factor(2.5, 90, 5, "step") == pytest.approx((2.5 + 1e-3) / 5)
+    assert state.lr_factor(4.5, 90, 5, "step") == pytest.approx((4.5 + 1e-3) / 5)
+    assert state.lr_factor(5, 90, 5, "step") == 1.0
+    assert state.lr_factor(5, 90, 5, "cosine") == 1.0  # warmup hands over to cosine at 1
+
+
+def test_step_schedule_divides_by_ten_every_30_epochs():
+    assert state.lr_factor(0, 90, 0, "step") == 1.0
+    assert state.lr_factor(29.999, 90, 0, "step") == 1.0
+    assert state.lr_factor(30, 90, 0, "step") == pytest.approx(0.1)
+    assert state.lr_factor(59.5, 90, 0, "step") == pytest.approx(0.1)
+    assert state.lr_factor(60, 90, 0, "step") == pytest.approx(0.01)
+    assert state.lr_factor(89.99, 90, 0, "step") == pytest.approx(0.01)
+
+
+def test_cosine_schedule_reaches_zero_at_the_end():
+    assert state.lr_factor(0, 10, 0, "cosine") == 1.0
+    assert state.lr_factor(5, 10, 0, "cosine") == pytest.approx(0.5)
+    assert state.lr_factor(10, 10, 0, "cosine") == pytest.approx(0.0, abs=1e-12)
+    assert state.lr_factor(9.99, 10, 0, "cosine") < 1e-4
+    curve = [state.lr_factor(epoch / 10, 10, 2, "cosine") for epoch in range(20, 101)]
+    assert all(b < a for a, b in zip(curve, curve[1:]))
+    assert curve[-1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_scheduler_follows_lr_factor_every_step():
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.4)
+    scheduler = state.make_scheduler(optimizer, 3, 1, "cosine", steps_per_epoch=4)
+    for step in range(12):
+        expected = 0.4 * state.lr_factor(step / 4, 3, 1, "cosine")
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected), step
+        optimizer.step()
+        scheduler.step()
+
+
+# -- fast: the exact validation shard -----------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_shard_sampler_covers_every_index_once(world):
+    for length in range(11):
+        shards = [list(ShardSampler(length, world, rank)) for rank in range(world)]
+        together = [index for shard in shards for index in shard]
+        assert sorted(together) == list(range(length)), (length, shards)
+        assert len(set(together)) == len(together)
+        assert [len(ShardSampler(length, world, rank)) for rank in range(world)] == list(
+            map(len, shards))
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+        assert [len(shard) for shard in shards] == [
+            math.ceil((length - rank) / world) for rank in range(world)]
+
+
+# -- fast: per-sample augmentation seeding -------------------------------------------------
+
+
+class _Pictures(torch.utils.data.Dataset):
+    """A few in-memory RGB pictures through the training transform."""
+
+    def __init__(self, count=4, size=(48, 40)):
+        rng = np.random.default_rng(7)
+        self.images = [Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3),
+                                                    dtype=np.uint8)) for _ in range(count)]
+        self.transform = data.train_transform(32)
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, index):
+        return self.transform(self.images[index]), index
+
+
+class _Boxes(torch.utils.data.Dataset):
+    """The crop box and flip draw RandomResizedCrop/RandomHorizontalFlip would make."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return data.RandomResizedCrop(32).box(48, 40), torch.rand(1).item()
+
+
+def test_epoch_seeded_dataset_is_the_same_in_any_call_order():
+    keys = [(epoch, index) for epoch in (0, 1, 2) for index in range(4)]
+    forward = EpochSeededDataset(_Pictures(), seed=3)
+    first = {key: forward[key][0] for key in keys}
+    backward = EpochSeededDataset(_Pictures(), seed=3)
+    torch.manual_seed(12345)  # the global RNG state must not matter
+    for key in reversed(keys):
+        torch.rand(7)  # nor anything drawn between samples
+        assert torch.equal(backward[key][0], first[key]), key
+    assert torch.equal(forward[(1, 2)][0], first[(1, 2)])  # asked again: still the same
+    for key in keys:
+        assert first[key].dtype == torch.uint8 and first[key].shape == (3, 32, 32)
+
+
+def test_epoch_seeded_dataset_leaves_the_global_rng_alone():
+    dataset = EpochSeededDataset(_Pictures(), seed=0)
+    before = torch.get_rng_state()
+    dataset[(0, 1)]
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_another_epoch_gives_another_crop():
+    boxes = EpochSeededDataset(_Boxes(), seed=0)
+    pictures = EpochSeededDataset(_Pictures(), seed=0)
+    for index in range(4):
+        assert boxes[(0, index)] != boxes[(1, index)], index
+        assert not torch.equal(pictures[(0, index)][0], pictures[(1, index)][0]), index
+    # ... as do another sample and another seed.
+    assert boxes[(0, 0)] != boxes[(0, 1)]
+    assert boxes[(0, 0)] != EpochSeededDataset(_Boxes(), seed=1)[(0, 0)]
+
+
+@pytest.mark.parametrize("seed", [2_000_000, 20240101, 2**64 - 1, -2_000_000])
+def test_epoch_seeded_dataset_takes_large_seeds(seed):
+    """(seed, epoch, index) once overflowed torch.manual_seed's 64 bits for --seed >= ~1.8e6."""
+    dataset = EpochSeededDataset(_Boxes(), seed=seed)
+    assert dataset[(5, 3)] == dataset[(5, 3)]
+    assert dataset[(5, 3)] != dataset[(6, 3)]

@@ -3,6 +3,7 @@ device bound before anything touches it."""
 
 import contextlib
 import datetime
+import gc
 import os
 import time
 
@@ -119,6 +120,12 @@ def destroy_process_group():
     """Leave the process group if this process joined one (safe to call on every exit path)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        # A DistributedDataParallel that is already unreachable but caught in a reference
+        # cycle still holds the group, so its gloo worker threads outlive this call; one of
+        # them releasing the last collective's tensor during interpreter shutdown aborts the
+        # process ("terminate called without an active exception", SIGABRT after a clean
+        # run). Collecting now frees the group and joins those threads while Python is alive.
+        gc.collect()
 
 
 @contextlib.contextmanager

@@ -125,8 +125,10 @@ def test_unknown_device_is_one_line(capsys):
 
 
 @pytest.mark.parametrize("argv,amp,loss_scale", [
-    ([], False, None),
+    ([], None, None),  # None: the device's default (bf16 on a CPU with native bf16, ...)
     (["--amp"], True, None),
+    (["--no-amp"], False, None),
+    (["--no-amp", "--loss-scale", "128"], False, 128.0),
     (["--loss-scale", "dynamic"], True, "dynamic"),
     (["--loss-scale", "DYNAMIC"], True, "dynamic"),
     (["--loss-scale", "128"], True, 128.0),

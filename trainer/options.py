@@ -208,7 +208,7 @@ def parse_args(argv=None):
     args.data_dir = args.data_dir or args.data
     if args.opt_level == "O0":
         args.amp = False
-    elif args.opt_level is not None or args.loss_scale is not None:
+    elif args.amp is None and (args.opt_level is not None or args.loss_scale is not None):
         args.amp = True
     if args.no_accel:
         args.device = "cpu"

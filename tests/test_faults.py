@@ -567,8 +567,8 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
           f"{previous_epoch}, {len(leftovers)} temporary file(s) left behind")
     assert mid_write >= 1, f"no kill landed during a write (seed {seed}): {events}"
     assert previous_epoch >= 1, events
-    # A kill during a write leaves its temporary file; none of them affects loading ...
-    assert leftovers, f"no temporary file was left behind (seed {seed}): {events}"
+    # A kill during a write leaves its temporary file until the next complete write removes
+    # it; none of them affects loading ...
     assert _check_checkpoint(target, numel) == previous_epoch
     # ... nor a fresh process that resumes from the target and replaces it.
     with Tracked(tmp_path, "procs-final") as run:

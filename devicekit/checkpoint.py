@@ -10,6 +10,7 @@ would run code when unpickled is refused.
 import contextlib
 import os
 import pickle
+import shutil
 import tempfile
 import warnings
 import zipfile
@@ -38,6 +39,16 @@ def _fsync_dir(path):
 
 def save_atomic(obj, path):
     """torch.save `obj` to `path` so that `path` is always either the old or the new file."""
+    _write_atomic(path, lambda handle: torch.save(obj, handle))
+
+
+def copy_atomic(source, path):
+    """Copy the file `source` to `path` with the same guarantee as save_atomic."""
+    with open(source, "rb") as src:
+        _write_atomic(path, lambda handle: shutil.copyfileobj(src, handle))
+
+
+def _write_atomic(path, write):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     prefix = f".{os.path.basename(path)}."
@@ -45,7 +56,7 @@ def save_atomic(obj, path):
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the group
         with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -4,7 +4,6 @@ the next command to run."""
 import json
 import os
 import platform
-import sys
 
 import torch
 

@@ -4,7 +4,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 
 import torch
 
@@ -38,12 +37,9 @@ def save(output_dir, state, is_best):
     each atomically."""
     path = os.path.join(output_dir, CHECKPOINT)
     checkpoint.save_atomic(state, path)
-    if is_best or not os.path.exists(os.path.join(output_dir, BEST)):
-        tmp = os.path.join(output_dir, f".{BEST}.tmp")
-        shutil.copyfile(path, tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, os.path.join(output_dir, BEST))
+    best = os.path.join(output_dir, BEST)
+    if is_best or not os.path.exists(best):
+        checkpoint.copy_atomic(path, best)
 
 
 def checkpoint_state(epoch, arch, model, best_acc1, optimizer, scheduler, scaler):

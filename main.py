@@ -62,7 +62,10 @@ def train(ctx, kind, ngpus_per_node, args):
     if args.pretrained:
         state.load_pretrained(args.pretrained, model)
     model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    ddp_model = devicekit.wrap_ddp(model, kind, ctx)
+    # Batch norm trains on batch statistics, so rank 0's running statistics are needed only
+    # for evaluation and checkpoints, and are broadcast once before each validation instead
+    # of before every forward: the same weights, one collective less per step.
+    ddp_model = devicekit.wrap_ddp(model, kind, ctx, broadcast_buffers=False)
     if args.compile:
         ddp_model = torch.compile(ddp_model)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)

@@ -2,9 +2,12 @@
 with plain PyTorch, doing the same work as main.py (same model, data, batch, precision).
 
 Run under torchrun; rank 0 prints `RESULT {json}` with images/s after the warm-up steps.
+--main-py-ddp gives DDP the settings main.py uses; --skip-allreduce runs every step under
+no_sync (no gradient all-reduce), which measures the compute-only ceiling of scaling.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -30,6 +33,9 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--amp", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--main-py-ddp", action="store_true",
+                        help="gradient_as_bucket_view=True, broadcast_buffers=False")
+    parser.add_argument("--skip-allreduce", action="store_true")
     args = parser.parse_args()
 
     local_rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
@@ -41,8 +47,10 @@ def main():
     model = models.create(args.arch, num_classes=1000).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    ddp_settings = {"gradient_as_bucket_view": True, "broadcast_buffers": False} \
+        if args.main_py_ddp else {}
     ddp = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=None if device.type == "cpu" else [local_rank])
+        model, device_ids=None if device.type == "cpu" else [local_rank], **ddp_settings)
     dataset = DummyImageNet(1_281_167, 1000, args.image_size, 0)
     sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=0, drop_last=True)
     loader = torch.utils.data.DataLoader(
@@ -58,10 +66,11 @@ def main():
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if args.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(device.type, enabled=args.amp,
-                            dtype=torch.bfloat16 if device.type == "cpu" else torch.float16):
-            loss = criterion(ddp(normalize(x)), y)
-        loss.backward()
+        with ddp.no_sync() if args.skip_allreduce else contextlib.nullcontext():
+            with torch.autocast(device.type, enabled=args.amp,
+                                dtype=torch.bfloat16 if device.type == "cpu" else torch.float16):
+                loss = criterion(ddp(normalize(x)), y)
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step + 1 == WARMUP_STEPS:

@@ -10,7 +10,8 @@
 #   MASTER_ADDR, MASTER_PORT  node 0's address and a port every rank uses
 #                           (default: 127.0.0.1 and a free port; required with NNODES > 1)
 #   LOG_DIR         per-rank logs rank_<i>.log (default ./logs); rank 0 also prints here
-#   BIND_CORES=1    pin each rank to its share of this node's cores with taskset
+#   BIND_CORES=1    pin each rank to its share of this node's cores with taskset (and
+#                   give it that many compute threads unless OMP_NUM_THREADS is set)
 #   PYTHON          the interpreter (default python)
 # When any rank fails, the others are stopped and the script exits with its exit code.
 set -euo pipefail
@@ -50,7 +51,11 @@ fi
 mkdir -p "$LOG_DIR"
 export MASTER_ADDR MASTER_PORT NODE_RANK
 export WORLD_SIZE=$(( NNODES * NPROC_PER_NODE )) LOCAL_WORLD_SIZE=$NPROC_PER_NODE
-CORES=$(nproc)
+if [[ ${BIND_CORES:-0} == 1 ]]; then
+    # The cores this script may use (inside a container's cpuset they need not start at 0).
+    read -r -a CPUS <<< "$("$PYTHON" -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+    PER=$(( ${#CPUS[@]} / NPROC_PER_NODE > 0 ? ${#CPUS[@]} / NPROC_PER_NODE : 1 ))
+fi
 declare -A RANK_OF=()
 
 stop_all() {
@@ -69,9 +74,11 @@ for (( i = 0; i < NPROC_PER_NODE; i++ )); do
     rank=$(( NODE_RANK * NPROC_PER_NODE + i ))
     bind=()
     if [[ ${BIND_CORES:-0} == 1 ]]; then
-        per=$(( CORES / NPROC_PER_NODE > 0 ? CORES / NPROC_PER_NODE : 1 ))
-        first=$(( i * per % CORES ))
-        bind=(taskset -c "$first-$(( first + per - 1 ))")
+        share=()
+        for (( c = 0; c < PER; c++ )); do share+=("${CPUS[(i * PER + c) % ${#CPUS[@]}]}"); done
+        # One compute thread per core of its share, unless the user chose a number: the
+        # rank cannot tell that its cores are already its own and would split them again.
+        bind=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$PER}" taskset -c "$(IFS=,; echo "${share[*]}")")
     fi
     log="$LOG_DIR/rank_$i.log"
     # setsid: each rank leads its own process group, so stopping it stops its loader workers.

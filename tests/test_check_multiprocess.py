@@ -6,26 +6,22 @@ LOCAL_RANK exported, or with the legacy `--local_rank N` argument) and Ascend's
 RANK_ID/RANK_SIZE idiom. Then the failure paths: a rank that sees a wrong result, a master
 port already taken, a rank that never arrives, and too few ranks.
 
-Each child runs in its own session with an explicit environment; its output goes to files
-(no pipe can fill up), every wait has a timeout, and every process group this module
-started is killed when its test ends, so nothing is left running.
+Each child gets an explicit environment and runs under tests/processes.py: its own session,
+output to files, a timeout on every wait, nothing left running when its test ends.
 """
 
 import json
-import os
 import re
-import signal
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from conftest import clean_environ
 from devicekit.launch import find_free_port
+from processes import Processes, describe
 
-REPO = Path(__file__).resolve().parents[1]
 HELPER_DISAGREE = Path(__file__).resolve().parent / "check_rank_disagrees.py"
 
 NPROC = 2
@@ -33,13 +29,6 @@ MAX_BYTES = 65536
 CHECK_ARGS = ["check", "--json", "--max-bytes", str(MAX_BYTES)]
 RUN_TIMEOUT_S = 180  # a whole 2-rank check on 2 busy cores takes ~5-10 s
 FAIL_TIMEOUT_S = 60  # the failure paths must give up well within this
-
-# Variables a launcher, a scheduler or a previous run may have left in the test's own
-# environment; none of them may leak into a child.
-_LAUNCH_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK",
-                "RANK_ID", "RANK_SIZE", "DEVICEKIT_DEVICE"}
-_LAUNCH_PREFIXES = ("MASTER_", "TORCHELASTIC", "SLURM", "OMPI", "PMI_", "PMIX_")
 
 LAUNCHERS = ["torchrun", "launch", "spawn", "env", "env-legacy-local-rank", "ascend"]
 # The LaunchContext.mode each start reports. The legacy `--local_rank N` argument is what
@@ -50,89 +39,13 @@ EXPECTED_MODE = {"torchrun": "torchrun", "launch": "launch", "spawn": "spawn", "
 
 
 def child_env(**extra):
-    """os.environ without any launch variables, devicekit importable, cpu forced, one
-    OpenMP thread per process (2 ranks share 2 cores), plus `extra`."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in _LAUNCH_VARS and not name.startswith(_LAUNCH_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["DEVICEKIT_DEVICE"] = "cpu"  # gloo on loopback even where an accelerator exists
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update({name: str(value) for name, value in extra.items()})
-    return env
+    """A launcher-free environment: devicekit importable, cpu forced, one OpenMP thread per
+    process (2 ranks share 2 cores), unbuffered output, plus `extra`."""
+    return clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1, **extra)
 
 
 def devicekit_cmd(*args):
     return [sys.executable, "-m", "devicekit", *args]
-
-
-class Finished:
-    """What one process left behind."""
-
-    def __init__(self, returncode, stdout, stderr, seconds):
-        self.returncode, self.stdout, self.stderr, self.seconds = (
-            returncode, stdout, stderr, seconds)
-
-    def stderr_lines(self):
-        return [line for line in self.stderr.splitlines() if line.strip()]
-
-
-class Processes:
-    """Processes started by one test; on exit every one of their process groups is killed."""
-
-    def __init__(self, directory):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._started = []  # (Popen, stdout file, stderr file, start time)
-
-    def __enter__(self):
-        return self
-
-    def start(self, name, argv, env):
-        out = open(self.directory / f"{name}.stdout", "w+")
-        err = open(self.directory / f"{name}.stderr", "w+")
-        # Its own session, so the launcher's workers can be killed with it.
-        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
-        self._started.append((proc, out, err, time.monotonic()))
-        return proc
-
-    def _entry(self, proc):
-        return next(entry for entry in self._started if entry[0] is proc)
-
-    def read(self, proc):
-        _, out, err, started = self._entry(proc)
-        out.flush()
-        err.flush()
-        out.seek(0)
-        err.seek(0)
-        return Finished(proc.returncode, out.read(), err.read(), time.monotonic() - started)
-
-    def finish(self, proc, timeout):
-        """Wait for `proc` (at most `timeout` s from now) and return what it left."""
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            left = self.read(proc)
-            pytest.fail(f"{proc.args} did not finish within {timeout} s\n"
-                        f"--- stdout\n{left.stdout}\n--- stderr\n{left.stderr}")
-        return self.read(proc)
-
-    def finish_all(self, procs, timeout):
-        deadline = time.monotonic() + timeout
-        return [self.finish(proc, max(1.0, deadline - time.monotonic())) for proc in procs]
-
-    def __exit__(self, *exc):
-        for proc, out, err, _ in self._started:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the group this test created
-            except (ProcessLookupError, PermissionError):
-                pass  # already gone with all its children
-            proc.wait()
-            out.close()
-            err.close()
-        return False
 
 
 def start_env_ranks(procs, argv_for_rank, env_for_rank, nprocs=NPROC, name="rank"):
@@ -146,11 +59,6 @@ def loop_env(port, i, local_rank=True):
     if local_rank:
         extra["LOCAL_RANK"] = i
     return child_env(**extra)
-
-
-def describe(results):
-    return "\n".join(f"--- process {i}: exit {r.returncode}\n[stdout]\n{r.stdout}\n"
-                     f"[stderr]\n{r.stderr}" for i, r in enumerate(results))
 
 
 def run_launcher(name, directory):

@@ -7,11 +7,9 @@ batch B agreeing with two processes with B/2 each (no batch norm), every validat
 counted exactly once whatever the world size, a resumed run equal to an uninterrupted one,
 and the README's demo reaching >= 90 % top-1.
 
-Every child gets its own session and an explicit environment (one OpenMP thread, cpu
-forced, no launcher variables from the test's own environment); its output goes to files;
-every wait has a timeout. The process tree under each child is recorded while it runs and
-killed when the test ends -- torchrun's workers and run_8p.sh's ranks start sessions of
-their own, so killing the child's process group alone could leave them behind.
+Every child gets an explicit environment (one OpenMP thread, cpu forced, no launcher
+variables from the test's own environment) and runs under tests/processes.py: its own
+session, output to files, a timeout on every wait, nothing left running afterwards.
 
 Fast tests cover the learning-rate schedule, the exact validation shard and the
 per-sample augmentation seeding.
@@ -22,11 +20,7 @@ import math
 import os
 import random
 import re
-import select
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +32,7 @@ import devicekit
 import models
 from conftest import clean_environ
 from devicekit.launch import find_free_port
+from processes import Processes, describe
 from trainer import data, state
 from trainer.demo_data import make_demo_dataset, read_marker
 from trainer.loaders import EpochSeededDataset, ShardSampler
@@ -69,142 +64,6 @@ def child_env(**extra):
         env.pop(name, None)
     env.update({name: str(value) for name, value in extra.items()})
     return env
-
-
-# -- processes ----------------------------------------------------------------------------
-
-
-def _process_table():
-    """{pid: (ppid, start time)} for every process, read from /proc (zombies left out)."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                text = handle.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
-        if fields[0] in ("Z", "X"):
-            continue
-        table[int(name)] = (int(fields[1]), fields[19])
-    return table
-
-
-def _wait_gone(pid, started, timeout):
-    """Wait (at most `timeout` s) for the process `pid` that started at `started` to end;
-    whether it did. A pidfd becomes readable when its process ends, child of ours or not."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        entry = _process_table().get(pid)
-        if entry is None or entry[1] != started:  # gone already (or the pid was reused)
-            return True
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return bool(ready)
-    finally:
-        os.close(fd)
-
-
-class Finished:
-    """What one process left behind."""
-
-    def __init__(self, returncode, stdout, stderr, seconds):
-        self.returncode, self.stdout, self.stderr, self.seconds = (
-            returncode, stdout, stderr, seconds)
-
-
-class Processes:
-    """Processes started by one test. While waiting, every descendant of theirs is noted
-    (pid and start time); on exit all of them and the children's process groups are killed."""
-
-    def __init__(self, directory):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._started = []  # (Popen, stdout file, stderr file, start time)
-        self._seen = {}  # pid -> start time, of every descendant noticed
-
-    def __enter__(self):
-        return self
-
-    def start(self, name, argv, env):
-        out = open(self.directory / f"{name}.stdout", "w+")
-        err = open(self.directory / f"{name}.stderr", "w+")
-        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
-        self._started.append((proc, out, err, time.monotonic()))
-        self._note_descendants()
-        return proc
-
-    def _note_descendants(self):
-        table = _process_table()
-        children = {}
-        for pid, (ppid, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        stack = [proc.pid for proc, *_ in self._started]
-        while stack:
-            for child in children.get(stack.pop(), []):
-                if child not in self._seen:
-                    self._seen[child] = table[child][1]
-                    stack.append(child)
-
-    def read(self, proc):
-        _, out, err, started = next(entry for entry in self._started if entry[0] is proc)
-        for handle in (out, err):
-            handle.flush()
-            handle.seek(0)
-        return Finished(proc.returncode, out.read(), err.read(), time.monotonic() - started)
-
-    def finish_all(self, procs, timeout):
-        """Wait for every one of `procs` (all within `timeout` s); return what they left."""
-        deadline = time.monotonic() + timeout
-        for proc in procs:
-            while True:
-                self._note_descendants()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    outputs = "\n".join(f"--- {p.args}\n[stdout]\n{r.stdout}\n[stderr]\n{r.stderr}"
-                                        for p in procs for r in [self.read(p)])
-                    pytest.fail(f"the run did not finish within {timeout} s\n{outputs}")
-                try:
-                    proc.wait(timeout=min(1.0, left))
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        # A launcher has exited; whatever it started (workers, run_8p.sh's tee) must end too.
-        for pid, started in list(self._seen.items()):
-            if not _wait_gone(pid, started, max(0.0, deadline - time.monotonic())):
-                pytest.fail(f"process {pid} outlived its launcher by {timeout} s\n"
-                            + describe([self.read(p) for p in procs]))
-        return [self.read(proc) for proc in procs]
-
-    def __exit__(self, *exc):
-        self._note_descendants()
-        for proc, *_ in self._started:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session's group this test created
-            except (ProcessLookupError, PermissionError):
-                pass
-        table = _process_table()
-        for pid, started in self._seen.items():
-            if pid in table and table[pid][1] == started:  # the same process, not a reused pid
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        for proc, out, err, _ in self._started:
-            proc.wait()
-            out.close()
-            err.close()
-        return False
-
-
-def describe(results):
-    return "\n".join(f"--- process {i}: exit {r.returncode}\n[stdout]\n{r.stdout}\n"
-                     f"[stderr]\n{r.stderr}" for i, r in enumerate(results))
 
 
 def main_py(*args):
@@ -561,6 +420,49 @@ def test_demo_recipe_reaches_90_percent(tmp_path):
     assert all(row["world_size"] == NPROC for row in rows)
     assert all(row["val_samples"] == made["num_classes"] * made["val_per_class"] for row in rows)
     assert rows[-1]["acc1"] >= 90.0, rows[-1]
+
+
+# -- run_8p.sh's core binding -------------------------------------------------------------
+
+# Stands in for the interpreter run_8p.sh starts ranks with: for main.py it prints the cores
+# and thread count the rank would train with; anything else goes to the real interpreter.
+_RANK_PROBE = """#!/bin/sh
+if [ "$1" = main.py ]; then
+    exec "{python}" -c 'import os; print("cores", *sorted(os.sched_getaffinity(0)), "omp", os.environ.get("OMP_NUM_THREADS"))'
+fi
+exec "{python}" "$@"
+"""
+
+
+def _bound_ranks(tmp_path, nproc, script_cores, **extra):
+    tmp_path.mkdir()
+    probe = tmp_path / "python"
+    probe.write_text(_RANK_PROBE.format(python=sys.executable))
+    probe.chmod(0o755)
+    with Processes(tmp_path) as procs:
+        proc = procs.start("run_8p", ["taskset", "-c", script_cores, "bash", "launch/run_8p.sh",
+                                      "--dummy"],
+                           child_env(BIND_CORES=1, NPROC_PER_NODE=nproc, PYTHON=probe,
+                                     LOG_DIR=tmp_path / "logs", **extra))
+        (result,) = procs.finish_all([proc], RUN_TIMEOUT_S)
+    assert result.returncode == 0, describe([result])
+    return [(tmp_path / "logs" / f"rank_{i}.log").read_text().split() for i in range(nproc)]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_bind_cores_gives_each_rank_its_own_cores_and_as_many_threads(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    both = ",".join(map(str, cores))
+    # The environment's OMP_NUM_THREADS=1 (child_env) is the user's choice and is kept.
+    assert _bound_ranks(tmp_path / "a", 2, both) == [
+        ["cores", str(cores[0]), "omp", "1"], ["cores", str(cores[1]), "omp", "1"]]
+    # Unset, each rank gets one thread per core of its share.
+    unset = {"OMP_NUM_THREADS": ""}
+    assert _bound_ranks(tmp_path / "b", 1, both, **unset) == [
+        ["cores", str(cores[0]), str(cores[1]), "omp", "2"]]
+    # Started on the second core only, the rank gets that core (not core 0).
+    assert _bound_ranks(tmp_path / "c", 1, str(cores[1]), **unset) == [
+        ["cores", str(cores[1]), "omp", "1"]]
 
 
 # -- fast: the learning-rate schedule ------------------------------------------------------

@@ -45,7 +45,7 @@ def main_worker(gpu, ngpus_per_node, args):
 
 
 def train(ctx, kind, ngpus_per_node, args):
-    kind.configure_host_threads(ngpus_per_node, os.environ)
+    threads = kind.configure_host_threads(ngpus_per_node, os.environ)
     devicekit.seed_everything(args.seed, ctx.rank)
     device = kind.device_for(ctx)
     batch_size, workers = devicekit.split_per_process(args.batch_size, args.workers,
@@ -57,7 +57,8 @@ def train(ctx, kind, ngpus_per_node, args):
         precision = f"AMP {kind.amp_dtype()}".replace("torch.", "") if amp else "fp32"
         print(f"=> {args.arch} on {kind.name} ({ctx.describe()}), batch {batch_size} per "
               f"process, {workers} loader workers per process, {precision}"
-              f"{', channels_last' if channels_last else ''}", flush=True)
+              f"{', channels_last' if channels_last else ''}"
+              f"{f', {threads} compute threads per process' if threads else ''}", flush=True)
     model = models.create(args.arch, num_classes=args.num_classes)
     if args.pretrained:
         state.load_pretrained(args.pretrained, model)

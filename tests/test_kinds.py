@@ -60,6 +60,21 @@ def test_cpu_kind_decisions():
     assert cpu.device() == torch.device("cpu")
 
 
+@pytest.mark.parametrize("cores,ranks,environ,expected", [
+    (16, 2, {}, 8),  # the node's cores split over its ranks
+    (16, 3, {}, 5),
+    (2, 8, {}, 1),  # never fewer than one
+    (16, 2, {"OMP_NUM_THREADS": "3"}, 3),  # the user's (or the launcher's) choice stands
+])
+def test_cpu_threads_per_rank(monkeypatch, cores, ranks, environ, expected):
+    chosen = []
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: int(environ["OMP_NUM_THREADS"]))
+    assert kinds.get("cpu").configure_host_threads(ranks, environ) == expected
+    assert chosen == ([] if environ else [expected])
+
+
 def test_cuda_kind_on_a_cpu_build_explains_itself():
     with pytest.raises(UsageError, match="--device cuda: this torch has no CUDA support"):
         resolve_kind("cuda")

@@ -72,7 +72,8 @@ class DeviceKind:
         """Make local device `index` this process's current device."""
 
     def configure_host_threads(self, local_world_size, environ):
-        """Set the host threads of one of `local_world_size` processes on this node."""
+        """Set the host threads of one of `local_world_size` processes on this node; the
+        number of compute threads when they do the training (CPU), else None."""
 
     def synchronize(self):
         """Wait for all queued work on the current device."""

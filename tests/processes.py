@@ -7,9 +7,11 @@ own, so killing a child's process group alone could leave them running. When the
 block ends, the children's groups and every noted descendant are killed.
 """
 
+import contextlib
 import os
 import select
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -52,6 +54,18 @@ def _wait_gone(pid, started, timeout):
         return bool(ready)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def taken_port():
+    """A loopback port that something else listens on (and never answers), for the block."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+    finally:
+        holder.close()
 
 
 class Finished:

@@ -12,7 +12,6 @@ output to files, a timeout on every wait, nothing left running when its test end
 
 import json
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from conftest import clean_environ
 from devicekit.launch import find_free_port
-from processes import Processes, describe
+from processes import Processes, describe, taken_port
 
 HELPER_DISAGREE = Path(__file__).resolve().parent / "check_rank_disagrees.py"
 
@@ -181,21 +180,14 @@ def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
 
 @pytest.mark.slow
 def test_master_port_in_use_is_one_clear_line(tmp_path):
-    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        with Processes(tmp_path) as procs:
-            started = start_env_ranks(
-                procs, lambda i: devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "10"),
-                lambda i: loop_env(port, i))
-            # Only rank 0 is judged. Rank 1 connects to the holder, which never answers
-            # torch's TCPStore handshake; it can block there regardless of --dist-timeout,
-            # so it is killed when this block ends instead of being waited for.
-            rank0 = procs.finish(started[0], FAIL_TIMEOUT_S)
-    finally:
-        holder.close()
+    with taken_port() as port, Processes(tmp_path) as procs:
+        started = start_env_ranks(
+            procs, lambda i: devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "10"),
+            lambda i: loop_env(port, i))
+        # Only rank 0 is judged. Rank 1 connects to the holder, which never answers
+        # torch's TCPStore handshake; it can block there regardless of --dist-timeout,
+        # so it is killed when this block ends instead of being waited for.
+        rank0 = procs.finish(started[0], FAIL_TIMEOUT_S)
     assert rank0.returncode == 2, describe([rank0])
     assert "Traceback" not in rank0.stderr, describe([rank0])
     lines = rank0.stderr_lines()

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from devicekit.launch import find_free_port
+from processes import taken_port
 
 REPO = Path(__file__).resolve().parents[1]
 FAULT_DIR = Path(__file__).resolve().parent / "fault_injection"
@@ -438,20 +439,13 @@ def test_a_rank_that_never_arrives(idiom, tmp_path):
 
 @time_limit(120)
 def test_master_port_taken_is_one_line(tmp_path):
-    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        with Tracked(tmp_path) as run:
-            env = run.env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=port)
-            run.start("rank0", [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5",
-                                "--output-dir", tmp_path / "out"], env)
-            result, _ = run.wait("rank0", 60)
-            run.wait_all_gone(GONE_BOUND_S)
-    finally:
-        holder.close()
+    with taken_port() as port, Tracked(tmp_path) as run:
+        env = run.env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=port)
+        run.start("rank0", [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5",
+                            "--output-dir", tmp_path / "out"], env)
+        result, _ = run.wait("rank0", 60)
+        run.wait_all_gone(GONE_BOUND_S)
     assert result.returncode == 2, result
     lines = result.stderr_lines()
     assert len(lines) == 1, result

@@ -17,6 +17,7 @@ import torch
 import devicekit
 import models
 from trainer import data, loop, state
+from trainer.batching import split_per_process
 from trainer.loaders import build_loaders
 from trainer.options import launch_options, parse_args
 
@@ -24,41 +25,44 @@ from trainer.options import launch_options, parse_args
 @devicekit.exit_on_usage_error
 def main(argv=None):
     args = parse_args(argv)
-    kind = devicekit.resolve_kind(args.device)
-    args.launch = devicekit.resolve_launch(launch_options(args), kind=kind)
-    ngpus_per_node = args.launch.local_world_size
+    options = launch_options(args)
+    # The reference's meaning: one process unless --multiprocessing-distributed spawns
+    # one per device (a launcher that started this process decides for itself).
+    nprocs = None if args.multiprocessing_distributed else 1
     # Refuse a bad split or data directory here, once, rather than in every rank.
-    devicekit.split_per_process(args.batch_size, args.workers, ngpus_per_node)
+    per_node = devicekit.nprocs_per_node(nprocs, options=options)
+    split_per_process(args.batch_size, args.workers, per_node)
     data.check_data_dir(args.data_dir, args.dummy)
-    if args.launch.mode == "spawn":
-        return devicekit.spawn(main_worker, ngpus_per_node, (ngpus_per_node, args), kind)
-    main_worker(args.launch.device_index, ngpus_per_node, args)
+    devicekit.launch(main_worker, args=(args,), nprocs=nprocs, device_type=args.device,
+                     options=options)
     return 0
 
 
-def main_worker(gpu, ngpus_per_node, args):
-    """Train on one device: `gpu` is this process's index on its node."""
-    kind = devicekit.resolve_kind(args.device)
-    ctx = args.launch.for_spawned_rank(gpu) if args.launch.mode == "spawn" else args.launch
-    with devicekit.process_group(ctx, kind, args.dist_backend, args.dist_timeout):
-        train(ctx, kind, ngpus_per_node, args)
+def main_worker(local_rank, args):
+    """Train as one rank: `local_rank` is this process's index on its node."""
+    ctx = devicekit.init_distributed(args.dist_backend, timeout=args.dist_timeout,
+                                     options=launch_options(args))
+    try:
+        train(ctx, args)
+    finally:
+        devicekit.destroy_process_group()
 
 
-def train(ctx, kind, ngpus_per_node, args):
-    threads = kind.configure_host_threads(ngpus_per_node, os.environ)
+def train(ctx, args):
     devicekit.seed_everything(args.seed, ctx.rank)
-    device = kind.device_for(ctx)
-    batch_size, workers = devicekit.split_per_process(args.batch_size, args.workers,
-                                                      ngpus_per_node)
-    amp = kind.default_amp() if args.amp is None else args.amp
-    channels_last = (kind.prefers_channels_last(amp) if args.channels_last is None
+    device = devicekit.device()
+    batch_size, workers = split_per_process(args.batch_size, args.workers,
+                                            ctx.local_world_size)
+    amp = devicekit.amp_enabled(args.amp)
+    channels_last = (devicekit.prefers_channels_last(amp) if args.channels_last is None
                      else args.channels_last)
     if ctx.is_main:
-        precision = f"AMP {kind.amp_dtype()}".replace("torch.", "") if amp else "fp32"
-        print(f"=> {args.arch} on {kind.name} ({ctx.describe()}), batch {batch_size} per "
-              f"process, {workers} loader workers per process, {precision}"
-              f"{', channels_last' if channels_last else ''}"
-              f"{f', {threads} compute threads per process' if threads else ''}", flush=True)
+        precision = f"AMP {devicekit.amp_dtype()}".replace("torch.", "") if amp else "fp32"
+        threads = ("" if devicekit.is_available()
+                   else f", {torch.get_num_threads()} compute threads per process")
+        print(f"=> {args.arch} on {devicekit.device_type()} ({ctx.describe()}), batch "
+              f"{batch_size} per process, {workers} loader workers per process, {precision}"
+              f"{', channels_last' if channels_last else ''}{threads}", flush=True)
     model = models.create(args.arch, num_classes=args.num_classes)
     if args.pretrained:
         state.load_pretrained(args.pretrained, model)
@@ -66,18 +70,18 @@ def train(ctx, kind, ngpus_per_node, args):
     # Batch norm trains on batch statistics, so rank 0's running statistics are needed only
     # for evaluation and checkpoints, and are broadcast once before each validation instead
     # of before every forward: the same weights, one collective less per step.
-    ddp_model = devicekit.wrap_ddp(model, kind, ctx, broadcast_buffers=False)
+    ddp_model = devicekit.wrap_ddp(model, broadcast_buffers=False)
     if args.compile:
         ddp_model = torch.compile(ddp_model)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
-    scaler = devicekit.grad_scaler(
-        kind, amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16)
+    scaler = devicekit.GradScaler(
+        amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16)
 
     train_set, val_set = data.build_datasets(args.data_dir, args.dummy, args.image_size,
                                              args.num_classes, args.seed)
-    train_loader, val_loader = build_loaders(train_set, val_set, batch_size, workers, ctx, kind,
+    train_loader, val_loader = build_loaders(train_set, val_set, batch_size, workers, ctx,
                                              args.seed)
     steps = len(train_loader) if args.steps_per_epoch is None else min(len(train_loader),
                                                                        args.steps_per_epoch)
@@ -91,7 +95,7 @@ def train(ctx, kind, ngpus_per_node, args):
             print(f"=> resumed {args.resume!r} at epoch {start_epoch}", flush=True)
 
     run = types.SimpleNamespace(
-        kind=kind, device=device, is_main=ctx.is_main, amp=amp, channels_last=channels_last,
+        device=device, is_main=ctx.is_main, amp=amp, channels_last=channels_last,
         grad_accum=args.grad_accum, clip_grad=args.clip_grad, print_freq=args.print_freq,
         steps_per_epoch=args.steps_per_epoch, val_steps=args.val_steps)
 
@@ -122,7 +126,7 @@ def train(ctx, kind, ngpus_per_node, args):
                 "seconds": time.time() - started})
         devicekit.barrier()
     # Every rank says it finished, with a fingerprint of its weights: equal on all ranks.
-    print(f"=> rank {ctx.rank}/{ctx.world_size} done: weights {state.fingerprint(model)}",
+    print(f"=> rank {ctx.rank}/{ctx.world_size} done: weights {devicekit.fingerprint(model)}",
           flush=True)
 
 

@@ -1,14 +1,23 @@
 """devicekit: one PyTorch program on NVIDIA GPUs, Ascend NPUs and CPUs, under any launcher.
 
-The small public API:
+A flat API in the manner of torch.accelerator: module-level functions whose answers
+(the device kind, who this process is) are settled once per process.
 
-- ``resolve_kind(requested)`` -> DeviceKind (cuda | npu | cpu): backend, devices, AMP, ...
-- ``resolve_launch(options, kind=kind)`` -> LaunchContext: who this process is.
-- ``process_group(ctx, kind)``: join the collective group and always leave it;
-  ``wrap_ddp``, ``broadcast_buffers``, ``all_reduce_sum``, ``barrier``.
-- ``spawn(fn, nprocs, args, kind)``: one process per device, with the kind's start method.
-- ``split_per_process``, ``seed_everything``, ``autocast``, ``grad_scaler``.
-- ``UsageError`` and ``exit_on_usage_error``: one clear line and exit code 2.
+    import devicekit
+
+    def main(local_rank, cfg):
+        devicekit.init_distributed()          # any launcher; binds the device, joins the group
+        device = devicekit.device()           # cuda:i | npu:i | cpu
+        model = devicekit.wrap_ddp(Net().to(device))
+        scaler = devicekit.GradScaler()       # a no-op where no loss scaling is needed
+        with devicekit.autocast():            # the device's type and default precision
+            loss = ...
+        devicekit.save_checkpoint("ckpt.pt", {"model": model})
+
+    if __name__ == "__main__":
+        devicekit.launch(main, args=(cfg,))   # python script.py | torchrun | a shell loop | ...
+
+README.md has the table of every function.
 """
 
 import os
@@ -21,22 +30,34 @@ import sys
 if "torch" not in sys.modules:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from devicekit.amp import autocast, grad_scaler  # noqa: E402
-from devicekit.batching import split_per_process  # noqa: E402
-from devicekit.detect import resolve_kind  # noqa: E402
+from devicekit.accelerator import (  # noqa: E402
+    backend, current_device, default_ranks_per_node, device, device_count, device_type,
+    empty_cache, is_available, manual_seed, manual_seed_all, max_memory_allocated,
+    max_memory_reserved, memory_allocated, memory_reserved, pin_memory,
+    reset_peak_memory_stats, set_device, synchronize)
+from devicekit.amp import (  # noqa: E402
+    GradScaler, amp_dtype, amp_enabled, autocast, prefers_channels_last)
+from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint  # noqa: E402
 from devicekit.distributed import (  # noqa: E402
-    all_reduce_sum, barrier, broadcast_buffers, destroy_process_group, init_process_group,
-    process_group, resolve_backend, wrap_ddp)
+    all_reduce_sum, barrier, broadcast_buffers, destroy_process_group, init_distributed,
+    is_initialized, is_main_process, local_rank, local_world_size, no_sync, node_rank, rank,
+    unwrap, world_size, wrap_ddp)
 from devicekit.errors import UsageError, exit_on_usage_error, warn  # noqa: E402
-from devicekit.launch import LaunchContext, LaunchOptions, resolve_launch  # noqa: E402
-from devicekit.processes import spawn  # noqa: E402
+from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402
+from devicekit.processes import RankFailed, launch, nprocs_per_node  # noqa: E402
 from devicekit.seeding import seed_everything  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "LaunchContext", "LaunchOptions", "UsageError", "all_reduce_sum", "autocast", "barrier",
-    "broadcast_buffers", "destroy_process_group", "exit_on_usage_error", "grad_scaler",
-    "init_process_group", "process_group", "resolve_backend", "resolve_kind", "resolve_launch",
-    "seed_everything", "spawn", "split_per_process", "warn", "wrap_ddp",
+    "GradScaler", "LaunchContext", "LaunchOptions", "RankFailed", "UsageError",
+    "all_reduce_sum", "amp_dtype", "amp_enabled", "autocast", "backend", "barrier", "broadcast_buffers",
+    "current_device", "default_ranks_per_node", "destroy_process_group", "device",
+    "device_count", "device_type", "empty_cache", "exit_on_usage_error", "fingerprint",
+    "init_distributed", "is_available", "is_initialized", "is_main_process", "launch",
+    "load_checkpoint", "local_rank", "local_world_size", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
+    "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last", "rank", "reset_peak_memory_stats", "save_checkpoint",
+    "seed_everything", "set_device", "synchronize", "unwrap", "warn", "world_size",
+    "wrap_ddp",
 ]

@@ -1,10 +1,9 @@
-"""The devicekit command line: `devicekit doctor` and `devicekit check`."""
+"""The devicekit command line: `doctor`, `check`, `nproc` and `port`."""
 
 import argparse
 import sys
 
-from devicekit import check, doctor
-from devicekit.detect import resolve_kind
+from devicekit import check, doctor, runtime
 from devicekit.errors import exit_on_usage_error
 from devicekit.launch import pop_local_rank
 
@@ -34,6 +33,9 @@ def _parser():
     prove.add_argument("--max-bytes", type=int, default=64 << 20,
                        help="largest all_reduce message timed (default 64 MiB)")
     prove.add_argument("--json", action="store_true", help="print JSON")
+
+    # Parsed by devicekit.port itself (see `devicekit port --help`).
+    commands.add_parser("port", help="rewrite CUDA-only training scripts to run on every device")
     return parser
 
 
@@ -41,6 +43,10 @@ def _parser():
 def main(argv=None):
     """Parse `argv` and run the command; returns its exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["port"]:
+        from devicekit.port import cli as port_cli  # libcst is imported only for `port`
+
+        return port_cli.main(argv[1:])
     # torch.distributed.launch puts --local-rank=N before the subcommand.
     argv, local_rank = pop_local_rank(argv)
     args = _parser().parse_args(argv)
@@ -49,7 +55,7 @@ def main(argv=None):
 
 
 def _nproc(args):
-    print(resolve_kind(args.device).default_ranks_per_node())
+    print(runtime.kind(args.device, source="--device").default_ranks_per_node())
     return 0
 
 

@@ -1,21 +1,55 @@
-"""Mixed precision for any kind: autocast with the kind's dtype, a GradScaler only for float16."""
+"""Mixed precision on any device: autocast with the device's type and dtype, and a
+GradScaler that is always an object (a no-op where no loss scaling is needed)."""
 
-import contextlib
+from typing import Optional, Union
 
 import torch
 
+from devicekit import runtime
 
-def autocast(kind, enabled=True, dtype=None):
-    """An autocast context for `kind` (its default low-precision dtype unless `dtype` is given);
-    a no-op context when disabled."""
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=kind.name, dtype=kind.amp_dtype(dtype))
+DType = Union[str, torch.dtype, None]
 
 
-def grad_scaler(kind, enabled=True, dtype=None, init_scale=2.0**16):
-    """A (dynamic) GradScaler when float16 AMP is on `kind`, else None: bfloat16 and fp32
-    keep fp32's exponent range and need no loss scaling."""
-    if not enabled or not kind.needs_grad_scaler(kind.amp_dtype(dtype)):
-        return None
-    return torch.amp.GradScaler(kind.name, init_scale=float(init_scale))
+def amp_enabled(enabled: Optional[bool] = None) -> bool:
+    """`enabled`, or the device's default when None: on where it was measured to pay
+    (CUDA GPUs; CPUs with native bf16), off elsewhere (NPU: opt in, as Ascend's scripts do)."""
+    return runtime.kind().default_amp() if enabled is None else bool(enabled)
+
+
+def amp_dtype(dtype: DType = None) -> torch.dtype:
+    """The low-precision dtype autocast uses here: `dtype` ("float16", "bfloat16", a
+    torch.dtype) or the device's default (float16 on GPUs and NPUs, bfloat16 on CPUs)."""
+    return runtime.kind().amp_dtype(dtype)
+
+
+def prefers_channels_last(amp: bool) -> bool:
+    """Whether channels_last memory format is the faster choice for convolutions on this
+    device, with mixed precision on (`amp`) or off (measured: yes with AMP on GPUs and on
+    CPUs with native bf16; no in fp32)."""
+    return runtime.kind().prefers_channels_last(amp)
+
+
+def autocast(enabled: Optional[bool] = None, dtype: DType = None) -> torch.autocast:
+    """torch.autocast for this process's device type (a GPU's "cuda", an NPU's "npu":
+    `torch.autocast("cuda")` on an NPU would silently do nothing).
+
+    `enabled=None` follows the device's default (see amp_enabled); `dtype` defaults to the
+    device's low-precision type: float16 on GPUs and NPUs, bfloat16 on CPUs.
+    """
+    kind = runtime.kind()
+    return torch.autocast(device_type=kind.autocast_device_type, dtype=kind.amp_dtype(dtype),
+                          enabled=amp_enabled(enabled))
+
+
+def GradScaler(enabled: Optional[bool] = None, dtype: DType = None,  # noqa: N802 (torch's name)
+               **kwargs) -> torch.amp.GradScaler:
+    """A torch.amp.GradScaler for this device that scales the loss only when mixed
+    precision is on (`enabled`, default: the device's) in float16: bfloat16 and float32
+    keep fp32's exponent range and need no loss scaling. Otherwise it is a no-op scaler:
+    `scale(loss)` returns the loss, `step(optimizer)` steps, `update()` does nothing, so
+    one training loop serves every case. `kwargs` (init_scale, growth_interval, ...) go
+    to torch.amp.GradScaler.
+    """
+    kind = runtime.kind()
+    scaling = amp_enabled(enabled) and kind.needs_grad_scaler(kind.amp_dtype(dtype))
+    return kind.grad_scaler(enabled=scaling, **kwargs)

@@ -6,6 +6,7 @@ and barrier results; rank 0 prints one summary. The exit code is non-zero on eve
 when any rank saw a wrong result.
 """
 
+import dataclasses
 import json
 import socket
 import sys
@@ -14,12 +15,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from devicekit import kinds
-from devicekit.detect import resolve_kind
-from devicekit.distributed import process_group, timeout_seconds
+import devicekit
+from devicekit import runtime
+from devicekit.distributed import timeout_seconds
 from devicekit.errors import UsageError
-from devicekit.launch import LaunchOptions, launcher_of, resolve_launch
-from devicekit.processes import spawn
+from devicekit.launch import LaunchOptions, launcher_of
 
 EXIT_DISAGREE = 1
 WARMUP = 2
@@ -68,7 +68,7 @@ def _verify(ctx, device):
     return results
 
 
-def _measure(ctx, kind, device, max_bytes):
+def _measure(ctx, device, max_bytes):
     """Time all_reduce over a range of sizes; the slowest rank's time counts."""
     rows = []
     for nbytes in message_sizes(max_bytes):
@@ -76,12 +76,12 @@ def _measure(ctx, kind, device, max_bytes):
         iters = max(3, min(50, (64 << 20) // (nbytes * 4) or 1))
         for _ in range(WARMUP):
             dist.all_reduce(tensor)
-        kind.synchronize()
+        devicekit.synchronize()
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(tensor)
-        kind.synchronize()
+        devicekit.synchronize()
         elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float32,
                                device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
@@ -92,28 +92,24 @@ def _measure(ctx, kind, device, max_bytes):
     return rows
 
 
-def run_rank(ctx, kind, backend=None, timeout_s=None, max_bytes=64 << 20, as_json=False):
-    """One rank of the check. Returns True when every rank saw every result right."""
-    with process_group(ctx, kind, backend, timeout_s) as used_backend:
-        if used_backend is None:
-            raise UsageError(
-                "devicekit check needs at least 2 ranks: start it under a launcher, or pass "
-                "--nproc-per-node 2 (or more) to let it spawn them")
-        device = kind.device_for(ctx)
-        results = _verify(ctx, device)
-        mine = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(),
-                "device": str(device), "ok": all(results.values()),
-                "failed": sorted(name for name, ok in results.items() if not ok)}
-        everyone = [None] * ctx.world_size
-        dist.all_gather_object(everyone, mine)
-        all_ok = all(entry["ok"] for entry in everyone)
-        bandwidth = _measure(ctx, kind, device, max_bytes) if all_ok else []
-        if ctx.is_main:
-            report = {"ok": all_ok, "device": kind.name, "backend": used_backend,
-                      "launcher": ctx.mode, "world_size": ctx.world_size, "nnodes": ctx.nnodes,
-                      "checks": sorted(results), "ranks": everyone, "bandwidth": bandwidth}
-            print(json.dumps(report, indent=2) if as_json else format_report(report), flush=True)
-        return all_ok
+def run_rank(ctx, max_bytes=64 << 20, as_json=False):
+    """The check as one rank of a joined group. Returns True when every rank saw every
+    result right."""
+    device = devicekit.device()
+    results = _verify(ctx, device)
+    mine = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(),
+            "device": str(device), "ok": all(results.values()),
+            "failed": sorted(name for name, ok in results.items() if not ok)}
+    everyone = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    all_ok = all(entry["ok"] for entry in everyone)
+    bandwidth = _measure(ctx, device, max_bytes) if all_ok else []
+    if ctx.is_main:
+        report = {"ok": all_ok, "device": devicekit.device_type(), "backend": dist.get_backend(),
+                  "launcher": ctx.mode, "world_size": ctx.world_size, "nnodes": ctx.nnodes,
+                  "checks": sorted(results), "ranks": everyone, "bandwidth": bandwidth}
+        print(json.dumps(report, indent=2) if as_json else format_report(report), flush=True)
+    return all_ok
 
 
 def format_report(report):
@@ -143,31 +139,30 @@ def _human_bytes(nbytes):
     return str(nbytes)
 
 
-def _spawned_rank(index, parent_ctx, kind_name, backend, timeout_s, max_bytes, as_json):
-    ctx = parent_ctx.for_spawned_rank(index)
-    if not run_rank(ctx, kinds.get(kind_name), backend, timeout_s, max_bytes, as_json):
+def _rank_main(local_rank, args):
+    ctx = devicekit.init_distributed(args.dist_backend, timeout=args.dist_timeout,
+                                     options=LaunchOptions(local_rank=args.local_rank, cli=True))
+    if ctx.world_size < 2:
+        raise UsageError(
+            "devicekit check needs at least 2 ranks: start it under a launcher with 2 or "
+            "more, or pass --nproc-per-node 2 (or more) to let it spawn them")
+    if not run_rank(ctx, args.max_bytes, args.json):
         sys.exit(EXIT_DISAGREE)
 
 
 def main(args):
     """Entry point for `devicekit check` with parsed `args`; returns the exit code."""
-    kind = resolve_kind(args.device)
-    timeout_seconds(args.dist_timeout)
+    options = LaunchOptions(local_rank=args.local_rank, nproc_per_node=args.nproc_per_node,
+                            multiprocessing_distributed=True, cli=True)
+    runtime.kind(args.device, source="--device")
+    timeout_seconds(args.dist_timeout, "--dist-timeout")
     if launcher_of() is not None or args.local_rank is not None:
         if args.nproc_per_node is not None:
             raise UsageError("--nproc-per-node is for starting ranks without a launcher; "
                              "this process was started by one: drop --nproc-per-node")
-        ctx = resolve_launch(LaunchOptions(local_rank=args.local_rank), kind=kind)
-        return 0 if run_rank(ctx, kind, args.dist_backend, args.dist_timeout, args.max_bytes,
-                             args.json) else EXIT_DISAGREE
-    nprocs = args.nproc_per_node
-    if nprocs is None:
-        nprocs = kind.default_ranks_per_node()
-    ctx = resolve_launch(LaunchOptions(multiprocessing_distributed=True, nproc_per_node=nprocs),
-                         kind=kind)
-    if ctx.world_size < 2:
-        raise UsageError(f"devicekit check needs at least 2 ranks and {kind.name} gives "
-                         f"{ctx.world_size} here: pass --nproc-per-node 2 or more")
-    return spawn(_spawned_rank, ctx.local_world_size, kind=kind,
-                 args=(ctx, kind.name, args.dist_backend, args.dist_timeout, args.max_bytes,
-                       args.json))
+        options = dataclasses.replace(options, multiprocessing_distributed=False)
+    elif devicekit.nprocs_per_node(options=options) < 2:
+        raise UsageError(f"devicekit check needs at least 2 ranks and {devicekit.device_type()} "
+                         "gives 1 here: pass --nproc-per-node 2 or more")
+    devicekit.launch(_rank_main, args=(args,), options=options)
+    return 0

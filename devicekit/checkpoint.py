@@ -8,15 +8,20 @@ would run code when unpickled is refused.
 """
 
 import contextlib
+import hashlib
 import os
 import pickle
 import shutil
 import tempfile
 import warnings
 import zipfile
+from typing import Any, Union
 
 import torch
 
+from devicekit import runtime
+from devicekit.accelerator import device as runtime_device
+from devicekit.distributed import unwrap
 from devicekit.errors import UsageError
 
 PREFIX = "module."
@@ -24,9 +29,46 @@ PREFIX = "module."
 
 def strip_prefix(state_dict, prefix=PREFIX):
     """The state_dict without DDP's `module.` prefix on every key (if all keys carry it)."""
-    if state_dict and all(key.startswith(prefix) for key in state_dict):
+    if state_dict and all(isinstance(key, str) and key.startswith(prefix) for key in state_dict):
         return {key[len(prefix):]: value for key, value in state_dict.items()}
     return dict(state_dict)
+
+
+def portable(obj):
+    """`obj` as a checkpoint holds it: modules unwrapped (DDP, DataParallel,
+    torch.compile) and replaced by their state_dict, other objects with a state_dict()
+    (optimizers, schedulers, GradScalers) by theirs, and `module.` prefixes stripped
+    from every dict whose keys all carry one; dicts, lists and tuples are walked."""
+    if isinstance(obj, torch.nn.Module):
+        return strip_prefix(unwrap(obj).state_dict())
+    if not isinstance(obj, (dict, list, tuple)) and callable(getattr(obj, "state_dict", None)):
+        return portable(obj.state_dict())
+    if isinstance(obj, dict):
+        return {key: portable(value) for key, value in strip_prefix(obj).items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(portable(value) for value in obj)
+    return obj
+
+
+def save_checkpoint(path: str, obj: Any):
+    """Write `obj` to `path` from rank 0 (other ranks return at once), atomically: the
+    file is always the old or the new checkpoint, never half of one.
+
+    Modules in `obj` are unwrapped and saved as their state_dict without `module.`
+    prefixes, so the file loads into a plain model on any device; optimizers, schedulers
+    and scalers are saved as their state_dict. Safe to call on every rank or only on
+    rank 0; to read it back on other ranks, call devicekit.barrier() first.
+    """
+    if runtime.context().rank == 0:
+        save_atomic(portable(obj), path)
+
+
+def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = None) -> Any:
+    """Load a checkpoint with weights_only=True (a file that would run code is refused)
+    onto `map_location` (default: this rank's device), with `module.` prefixes stripped.
+    A missing, truncated or unsafe file raises UsageError saying which and why."""
+    location = runtime_device() if map_location is None else map_location
+    return portable(load(path, "checkpoint", map_location=location))
 
 
 def _fsync_dir(path):
@@ -95,15 +137,16 @@ def _first_sentence(text):
     return sentence if len(sentence) <= 200 else sentence[:197] + "..."
 
 
-def load(path, what="checkpoint"):
-    """Load a checkpoint onto the CPU with weights_only=True; user-facing errors as UsageError."""
+def load(path, what="checkpoint", map_location="cpu"):
+    """Load a checkpoint (onto the CPU unless `map_location` says otherwise) with
+    weights_only=True; user-facing errors as UsageError naming it as `what`."""
     if not os.path.isfile(path):
         raise UsageError(f"{what} {path!r} does not exist: check the path")
     try:
         with warnings.catch_warnings():
             # A plain-pickle file makes torch warn about its protocol on top of our one line.
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         if "weights only" in str(error).lower() or "weights_only" in str(error):
             reason = _weights_only_reason(str(error))
@@ -141,3 +184,13 @@ def load_state_dict_into(model, state_dict, source):
         raise UsageError(f"{source} does not fit this model: {', '.join(details)}; check --arch "
                          "and --num-classes")
     model.load_state_dict(state_dict)
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of a model's parameters and buffers (wrappers and `module.` ignored):
+    equal on every rank of a healthy data-parallel run, so one line per rank shows it."""
+    digest = hashlib.sha256()
+    for key, tensor in unwrap(model).state_dict().items():
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]

@@ -3,25 +3,35 @@
 import os
 
 from devicekit import kinds
-from devicekit.errors import warn
+from devicekit.errors import UsageError, warn
 
 ENV_VAR = "DEVICEKIT_DEVICE"
 
 
-def resolve_kind(requested=None, environ=None):
+def _label(source, choice):
+    """How the choice reads where it was made: `--device npu`, `device_type='npu'`."""
+    return f"{source} {choice}" if source.startswith("--") else f"{source}={choice!r}"
+
+
+def resolve_kind(requested=None, environ=None, source="device_type"):
     """Return the DeviceKind to run on.
 
-    `requested` is a kind name, an alias ("gpu") or "auto"/None. An explicit choice that
+    `requested` is a kind name, an alias ("gpu") or "auto"/None; `source` is what the
+    caller calls it in messages ("--device" on a command line). An explicit choice that
     cannot run here raises UsageError with the reason and the fix; auto picks the first
     usable kind in registry order and says so once when an installed NPU stack cannot load.
     """
     environ = os.environ if environ is None else environ
-    choice = str(requested or "auto").lower()
+    choice = str(requested or "auto").strip().lower()
+    label = _label(source, requested)
     if choice == "auto":
         choice = environ.get(ENV_VAR, "auto").strip().lower()
+        label = f"{ENV_VAR}={choice}"
     if choice not in ("", "auto"):
-        kind = kinds.get(choice)
-        kind.ensure_usable()
+        kind = kinds.get(choice, label)
+        usable, reason = kind.probe()
+        if not usable:
+            raise UsageError(f"{label}: {reason}")
         return kind
     for name in kinds.names():
         kind = kinds.get(name)
@@ -29,5 +39,5 @@ def resolve_kind(requested=None, environ=None):
         if usable:
             return kind
         if kind.worth_a_warning_when_skipped():
-            warn(f"{reason.split(': ', 1)[1]} (auto-detection skipped {name})")
+            warn(f"{reason} (auto-detection skipped {name})")
     raise AssertionError("the cpu kind is always usable")

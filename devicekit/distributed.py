@@ -1,25 +1,36 @@
-"""Process-group setup and teardown: the backend from the kind, a finite timeout, and the
-device bound before anything touches it."""
+"""Joining and leaving the process group, who this rank is, and DDP helpers.
+
+`init_distributed()` binds the rank's device, sizes its CPU threads and joins the group
+with the kind's backend and a finite timeout -- at world size 1 too, so that
+DistributedSampler, `dist.get_rank()` and DDP behave as under any launcher.
+"""
 
 import contextlib
 import datetime
 import os
+import socket
+import threading
 import time
+from typing import Optional, Union
 
 import torch
 import torch.distributed as dist
 
+from devicekit import runtime
 from devicekit.errors import UsageError, warn
+from devicekit.launch import LaunchContext, LaunchOptions
 from devicekit.network import interface_towards
 
 DEFAULT_TIMEOUT_S = 300.0
+STORE_MARGIN_S = 5.0  # beyond the timeout, for the store client to give up on its own first
+PROBE_S = 3.0  # asking whether a taken port is this run's rendezvous
 _WORKER_DRAIN_S = 0.05  # see destroy_process_group
 
 _BACKEND_OWNERS = {"nccl": "NVIDIA GPUs", "hccl": "Ascend NPUs (Habana Gaudi uses the same name)",
                    "gloo": "CPUs"}
 
 
-def resolve_backend(kind, requested=None):
+def resolve_backend(kind, requested=None, name="backend"):
     """The backend to use on `kind`; a contradicting request is mapped with one warning."""
     if requested in (None, "", "auto"):
         return kind.backend
@@ -28,79 +39,208 @@ def resolve_backend(kind, requested=None):
         return requested
     backend = kind.backend
     owner = _BACKEND_OWNERS.get(requested, "another device")
-    warn(f"--dist-backend {requested} is for {owner}, not {kind.name}; using {backend}")
+    shown = f"{name} {requested}" if name.startswith("--") else f"{name}={requested!r}"
+    warn(f"{shown} is for {owner}, not {kind.name}; using {backend}")
     return backend
 
 
-def timeout_seconds(timeout_s):
-    """The process-group timeout in seconds: `timeout_s`, or the default when None."""
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
-    if not timeout_s > 0:
-        raise UsageError(f"--dist-timeout {timeout_s:g} must be a positive number of seconds")
-    return timeout_s
+def timeout_seconds(timeout, name="timeout"):
+    """The process-group timeout in seconds: `timeout` (seconds or a timedelta), or the
+    default (300 s) when None. `name` is how the caller calls it in the error."""
+    if timeout is None:
+        return DEFAULT_TIMEOUT_S
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        shown = f"{name} {timeout}" if name.startswith("--") else f"{name}={timeout!r}"
+        raise UsageError(f"{shown} must be a positive, finite number of seconds")
+    return seconds
 
 
-def init_process_group(ctx, kind, backend=None, timeout_s=None):
-    """Bind this rank's device, then join the process group described by `ctx`.
+def init_distributed(backend: Optional[str] = None, *, init_method: Optional[str] = None,
+                     rank: Optional[int] = None, world_size: Optional[int] = None,
+                     local_rank: Optional[int] = None,
+                     timeout: Union[float, datetime.timedelta, None] = None,
+                     device_type: Optional[str] = None,
+                     options: Optional[LaunchOptions] = None) -> LaunchContext:
+    """Bind this rank's device, size its CPU threads and join the process group.
 
-    Returns the backend in use, or None when the run has one process (no group needed).
-    Setup failures users cause (a port in use, a rank that never arrives) raise
-    UsageError naming the port or the timeout.
+    Works under every launcher, inside `devicekit.launch()`, and in a script's own
+    `mp.spawn` child when told `rank=` and `world_size=` (then `MASTER_ADDR`/`MASTER_PORT`
+    or `init_method="tcp://HOST:PORT"` say where rank 0 listens; loopback:29500 by
+    default). Without any of those this is a single process, and still joins a group of
+    one. `backend` defaults to the device's (nccl, hccl, gloo); `timeout` (seconds, default
+    300) bounds the wait for every rank. Calling it again returns the same context.
+    Returns the LaunchContext: rank, world size, local rank, node, master.
     """
-    timeout_s = timeout_seconds(timeout_s)
+    options = options or LaunchOptions(rank=rank, world_size=world_size, local_rank=local_rank,
+                                       dist_url=init_method)
+    kind = runtime.kind(device_type, source="--device" if options.cli else "device_type")
+    timeout_s = timeout_seconds(timeout, "--dist-timeout" if options.cli else "timeout")
+    timeout_label = (f"--dist-timeout {timeout_s:g}s" if options.cli
+                     else f"the timeout of {timeout_s:g}s")
+    if dist.is_available() and dist.is_initialized():
+        return _adopt_existing_group(kind)
+    if runtime.has_context():
+        ctx = runtime.context()
+        runtime.warn_if_contradicted(options, ctx)
+    else:
+        ctx = runtime.context(options)
+    runtime.settle_master(ctx)
     if kind.is_accelerator:
         kind.set_device(ctx.device_index)
+    kind.configure_host_threads(ctx.local_world_size, os.environ)
+    backend = resolve_backend(kind, backend, "--dist-backend" if options.cli else "backend")
+    _join(ctx, kind, backend, timeout_s, timeout_label)
+    return ctx
+
+
+def _adopt_existing_group(kind):
+    """The context of a group the script (or an earlier call) already joined."""
+    if runtime.has_context():
+        return runtime.context()
+    ctx = runtime.context()
+    if (dist.get_rank(), dist.get_world_size()) != (ctx.rank, ctx.world_size):
+        raise UsageError(
+            f"a process group already exists (rank {dist.get_rank()} of "
+            f"{dist.get_world_size()}) that disagrees with this process's launcher (rank "
+            f"{ctx.rank} of {ctx.world_size}): call init_distributed() instead of "
+            "torch.distributed.init_process_group(), not both")
+    return ctx
+
+
+def _join(ctx, kind, backend, timeout_s, timeout_label):
+    """Join the group `ctx` describes; setup failures users cause raise UsageError."""
+    timeout = datetime.timedelta(seconds=timeout_s)
     if not ctx.distributed:
-        return None
-    backend = resolve_backend(kind, backend)
+        # A group of one needs no network: an in-process store.
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
+        return
     kind.prepare_process_group(timeout_s, os.environ)
     if backend == "gloo" and ctx.nnodes > 1 and "GLOO_SOCKET_IFNAME" not in os.environ:
         interface = interface_towards(ctx.master_addr, ctx.master_port)
         if interface:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
-    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        if ctx.init_method == "env://" and ctx.mode != "env":
+        if ctx.mode in ("torchrun", "launch"):
             # torchrun's workers join the store its agent already serves.
             dist.init_process_group(backend=backend, init_method="env://", rank=ctx.rank,
                                     world_size=ctx.world_size, timeout=timeout)
         else:
-            store = _rendezvous(ctx, timeout_s)
+            store = _rendezvous(ctx, timeout_s, timeout_label)
             dist.init_process_group(backend=backend, store=store, rank=ctx.rank,
                                     world_size=ctx.world_size, timeout=timeout)
     except (RuntimeError, ValueError) as error:
-        raise _explain_setup_error(error, ctx, timeout_s) from None
-    return backend
+        raise _explain_setup_error(error, ctx, timeout_label) from None
 
 
-def _rendezvous(ctx, timeout_s):
-    """A TCP store on the master where every rank checks in, so that rank 0 can name the
-    ranks that did not arrive within the timeout."""
-    store = dist.TCPStore(ctx.master_addr, ctx.master_port, ctx.world_size,
-                          is_master=ctx.rank == 0, timeout=datetime.timedelta(seconds=timeout_s),
-                          wait_for_workers=False)
-    store.set(f"devicekit/arrived/{ctx.rank}", "1")
-    store.add("devicekit/arrivals", 1)
+def _bounded(seconds, call):
+    """`call()`, given at most `seconds`: torch's store client waits forever on a port
+    where something that is not a torch store listens, and name lookups can hang. Returns
+    (True, result) or (False, None) on time-out; the abandoned thread is a daemon."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = call()
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="devicekit-bounded", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        return False, None
+    if "error" in outcome:
+        raise outcome["error"]
+    return True, outcome["result"]
+
+
+def _resolve_master(ctx, timeout_s, timeout_label):
+    """Fail in one line when the master's host name does not resolve (in bounded time)."""
+    try:
+        done, _ = _bounded(timeout_s, lambda: socket.getaddrinfo(ctx.master_addr,
+                                                                ctx.master_port))
+    except OSError as error:
+        raise UsageError(f"the master address {ctx.master_addr!r} does not resolve "
+                         f"({error.strerror or error}): set MASTER_ADDR (or --addr) to node 0's "
+                         "host name or IP address") from None
+    if not done:
+        raise UsageError(f"looking up the master address {ctx.master_addr!r} took longer than "
+                         f"{timeout_label}: check MASTER_ADDR and this host's DNS")
+
+
+def _rendezvous(ctx, timeout_s, timeout_label):
+    """A TCP store on the master where every rank checks in under its rank, so that rank 0
+    can name the ranks that did not arrive within the timeout, and a rank claimed twice
+    is named as such. Every wait is bounded by the timeout (plus STORE_MARGIN_S)."""
+    _resolve_master(ctx, timeout_s, timeout_label)
+    where = f"{ctx.master_addr}:{ctx.master_port}"
+    try:
+        done, store = _bounded(timeout_s + STORE_MARGIN_S, lambda: dist.TCPStore(
+            ctx.master_addr, ctx.master_port, ctx.world_size, is_master=ctx.rank == 0,
+            timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False))
+    except (RuntimeError, ValueError) as error:
+        if ctx.rank == 0 and _is_address_in_use(error) and _rank_zero_listens(ctx):
+            raise UsageError(
+                f"two processes claim rank 0: another one already serves this run's "
+                f"rendezvous at {where}; give every process its own rank (RANK/--rank), or "
+                "stop the previous run") from None
+        raise
+    if not done:
+        raise UsageError(
+            f"rank {ctx.rank}: something listens at {where} but did not answer as a torch "
+            f"store within {timeout_label} (+{STORE_MARGIN_S:g}s): MASTER_PORT belongs to "
+            "another service? Choose a free port for MASTER_PORT on node 0")
+    if store.add(f"devicekit/claims/{ctx.rank}", 1) > 1:
+        raise UsageError(
+            f"two processes claim rank {ctx.rank} at {ctx.master_addr}:{ctx.master_port}: "
+            "give every process its own rank (RANK/--rank)")
     if ctx.rank == 0:
         deadline = time.monotonic() + timeout_s
-        # Poll a counter (store.wait would log a C++ warning line on timeout).
-        while store.add("devicekit/arrivals", 0) < ctx.world_size:
+        keys = [f"devicekit/claims/{rank}" for rank in range(ctx.world_size)]
+        # Poll (store.wait would log a C++ warning line on timeout).
+        while not store.check(keys):
             if time.monotonic() > deadline:
-                missing = [rank for rank in range(ctx.world_size)
-                           if not store.check([f"devicekit/arrived/{rank}"])]
+                missing = [rank for rank, key in enumerate(keys) if not store.check([key])]
                 raise UsageError(
                     f"rank(s) {', '.join(map(str, missing))} of {ctx.world_size} did not join "
-                    f"at {ctx.master_addr}:{ctx.master_port} within --dist-timeout "
-                    f"{timeout_s:g}s: start every rank (same MASTER_ADDR/MASTER_PORT and "
+                    f"at {where} within {timeout_label}: start every rank (same "
+                    "MASTER_ADDR/MASTER_PORT and "
                     "WORLD_SIZE) or check the network between the nodes")
             time.sleep(0.05)
     return dist.PrefixStore("devicekit/pg", store)
 
 
-def _explain_setup_error(error, ctx, timeout_s):
+def _is_address_in_use(error):
+    text = str(error)
+    return "address already in use" in text.lower() or "EADDRINUSE" in text
+
+
+def _rank_zero_listens(ctx):
+    """Whether the port is held by a devicekit rendezvous whose rank 0 has checked in."""
+    def ask():
+        client = dist.TCPStore(ctx.master_addr, ctx.master_port, is_master=False,
+                               timeout=datetime.timedelta(seconds=PROBE_S),
+                               wait_for_workers=False)
+        return client.check(["devicekit/claims/0"])
+
+    try:
+        done, claimed = _bounded(PROBE_S, ask)
+    except (RuntimeError, ValueError):
+        return False
+    return done and claimed
+
+
+def _explain_setup_error(error, ctx, timeout_label):
     text = str(error)
     where = f"{ctx.master_addr}:{ctx.master_port}"
-    if "address already in use" in text.lower() or "EADDRINUSE" in text:
+    if _is_address_in_use(error):
         return UsageError(
             f"the master port {ctx.master_port} on {ctx.master_addr} is already in use: stop "
             "the process holding it (a previous run?) or choose another with MASTER_PORT/--port")
@@ -111,14 +251,19 @@ def _explain_setup_error(error, ctx, timeout_s):
     if "timed out" in text.lower() or "timeout" in text.lower():
         return UsageError(
             f"rank {ctx.rank}: not all {ctx.world_size} ranks joined at {where} within "
-            f"--dist-timeout {timeout_s:g}s; start every rank, check MASTER_ADDR/MASTER_PORT "
+            f"{timeout_label}; start every rank, check MASTER_ADDR/MASTER_PORT "
             f"and the network ({text.strip().splitlines()[0]})")
     return error
 
 
+def is_initialized() -> bool:
+    """Whether this process has joined a process group."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def destroy_process_group():
     """Leave the process group if this process joined one (safe to call on every exit path)."""
-    if dist.is_available() and dist.is_initialized():
+    if is_initialized():
         dist.destroy_process_group()
         # Once a DistributedDataParallel was built, torch keeps the group alive past this
         # call, and with it gloo's worker threads. A worker may still be dropping the last
@@ -129,48 +274,103 @@ def destroy_process_group():
         time.sleep(_WORKER_DRAIN_S)
 
 
-@contextlib.contextmanager
-def process_group(ctx, kind, backend=None, timeout_s=None):
-    """Context manager: join on entry, always leave on exit (errors included)."""
-    try:
-        yield init_process_group(ctx, kind, backend, timeout_s)
-    finally:
-        destroy_process_group()
+# -- who this rank is -------------------------------------------------------------------
 
+def rank() -> int:
+    """This process's global rank (0 in a single process)."""
+    return runtime.context().rank
+
+
+def world_size() -> int:
+    """How many processes take part in the run."""
+    return runtime.context().world_size
+
+
+def local_rank() -> int:
+    """This process's index among the processes of its node."""
+    return runtime.context().local_rank
+
+
+def local_world_size() -> int:
+    """How many processes run on this node."""
+    return runtime.context().local_world_size
+
+
+def node_rank() -> int:
+    """This node's index among the run's nodes."""
+    return runtime.context().node_rank
+
+
+def is_main_process() -> bool:
+    """Whether this is global rank 0 (the one that prints and writes)."""
+    return runtime.context().rank == 0
+
+
+# -- collectives and DDP ----------------------------------------------------------------
 
 def barrier():
     """Wait for every rank (no-op without a process group)."""
-    if dist.is_available() and dist.is_initialized():
+    if is_initialized():
         dist.barrier()
 
 
-
-def wrap_ddp(model, kind, ctx, **kwargs):
-    """`model` wrapped in DistributedDataParallel for a multi-rank run (else unchanged),
-    with the device_ids the kind wants (accelerators: this rank's device; CPU: none).
-
-    Gradients are views into DDP's communication buckets (``gradient_as_bucket_view``):
-    the same sums without two copies of every gradient per step; on a 2-core CPU host this
-    alone is about 10 % of a resnet18 step. `kwargs` go to DistributedDataParallel.
-    """
-    if not ctx.distributed:
-        return model
-    kwargs.setdefault("gradient_as_bucket_view", True)
-    return torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=kind.ddp_device_ids(ctx.device_index), **kwargs)
+def all_reduce_sum(tensor):
+    """Sum `tensor` over all ranks in place (no-op without a process group); returns it."""
+    if is_initialized():
+        dist.all_reduce(tensor)
+    return tensor
 
 
 def broadcast_buffers(module, src=0):
     """Copy rank `src`'s buffers (batch-norm statistics) to every rank, so all ranks
     evaluate the model that rank 0 checkpoints."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not is_initialized():
         return
     for buffer in module.buffers():
         dist.broadcast(buffer, src)
 
 
-def all_reduce_sum(tensor):
-    """Sum `tensor` over all ranks in place (no-op without a process group); returns it."""
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(tensor)
-    return tensor
+_DDP_ACCEPTS_FORWARD_SYNC = "forward_sync_buffers" in \
+    torch.nn.parallel.DistributedDataParallel.__init__.__code__.co_varnames
+
+
+def wrap_ddp(model: torch.nn.Module, **ddp_kwargs) -> torch.nn.parallel.DistributedDataParallel:
+    """`model` in DistributedDataParallel with the device_ids its kind wants (accelerators:
+    this rank's device; CPU: none), at every world size (1 included).
+
+    Gradients are views into DDP's communication buckets (``gradient_as_bucket_view``):
+    the same sums without two copies of every gradient per step. `broadcast_buffers=` is
+    passed on as torch's newer `forward_sync_buffers=` where that exists. Other keyword
+    arguments go to DistributedDataParallel unchanged.
+    """
+    if not is_initialized():
+        raise UsageError("wrap_ddp() needs the process group: call devicekit.init_distributed() "
+                         "first")
+    kind, ctx = runtime.kind(), runtime.context()
+    ddp_kwargs.setdefault("gradient_as_bucket_view", True)
+    if _DDP_ACCEPTS_FORWARD_SYNC and "broadcast_buffers" in ddp_kwargs:
+        ddp_kwargs.setdefault("forward_sync_buffers", ddp_kwargs.pop("broadcast_buffers"))
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=kind.ddp_device_ids(ctx.device_index), **ddp_kwargs)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside DistributedDataParallel, DataParallel and torch.compile wrappers."""
+    while True:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel,
+                              torch.nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, torch.nn.Module):
+            model = model._orig_mod  # torch.compile's OptimizedModule
+        else:
+            return model
+
+
+def no_sync(model: torch.nn.Module, enabled: bool = True):
+    """A context in which `model`'s backward passes skip the gradient all-reduce (gradient
+    accumulation): DDP's `no_sync()` when `enabled` and the model has one, else nothing."""
+    if enabled:
+        inner = getattr(model, "no_sync", None)
+        if inner is not None:
+            return inner()
+    return contextlib.nullcontext()

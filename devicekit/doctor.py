@@ -71,7 +71,7 @@ def gather(requested=None):
         "launch_environment": {var: os.environ[var] for var in LAUNCH_VARS if var in os.environ},
     }
     try:
-        kind = resolve_kind(requested)
+        kind = resolve_kind(requested, source="--device")
     except UsageError as error:
         problems.append(str(error))
         kind = None

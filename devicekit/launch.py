@@ -10,6 +10,7 @@ import dataclasses
 import os
 import re
 import socket
+from typing import Optional
 
 from devicekit.errors import UsageError
 
@@ -19,20 +20,48 @@ LOOPBACK = "127.0.0.1"
 REFERENCE_DIST_URL = "tcp://224.66.41.62:23456"
 
 
+# How each option is called in messages: by a trainer's command line, or in Python.
+_FLAGS = {"local_rank": "--local-rank", "gpu": "--gpu", "rank": "--rank",
+          "world_size": "--world-size", "dist_url": "--dist-url", "addr": "--addr",
+          "port": "--port", "multiprocessing_distributed": "--multiprocessing-distributed",
+          "nproc_per_node": "--nproc-per-node", "device_list": "--device-list"}
+_PYTHON_NAMES = {"dist_url": "init_method", "nproc_per_node": "nprocs"}
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchOptions:
-    """The launch-related flags a trainer accepts (None means "not given")."""
+    """Who a process is, as a script or a trainer's command line says it (None: not given).
 
-    local_rank: int = None  # --local-rank / --local_rank, appended by torch.distributed.launch
-    gpu: int = None  # --gpu: the device index (Ascend scripts pass $RANK_ID)
-    rank: int = None  # --rank: global rank, or the node rank with --multiprocessing-distributed
-    world_size: int = None  # --world-size: ranks, or nodes with --multiprocessing-distributed
-    dist_url: str = None  # --dist-url tcp://HOST:PORT or env://
-    addr: str = None  # --addr (Ascend scripts)
-    port: int = None  # --port (Ascend scripts)
-    multiprocessing_distributed: bool = False
-    nproc_per_node: int = None  # processes per node when spawning
-    device_list: tuple = None  # --device-list: the device ids of this node's processes
+    Negative ranks and counts mean "not given", as argparse defaults of -1 do. With
+    `cli=True` error messages name the command-line flags (`--rank 5`), otherwise the
+    Python arguments (`rank=5`).
+    """
+
+    local_rank: Optional[int] = None  # torch.distributed.launch's --local-rank / --local_rank
+    gpu: Optional[int] = None  # the device index (Ascend scripts pass --gpu $RANK_ID)
+    rank: Optional[int] = None  # global rank, or the node rank when spawning
+    world_size: Optional[int] = None  # ranks, or nodes when spawning
+    dist_url: Optional[str] = None  # tcp://HOST:PORT or env://
+    addr: Optional[str] = None  # master address (Ascend scripts' --addr)
+    port: Optional[int] = None  # master port (Ascend scripts' --port)
+    multiprocessing_distributed: bool = False  # spawn this node's processes
+    nproc_per_node: Optional[int] = None  # processes per node when spawning
+    device_list: Optional[tuple] = None  # the device ids of this node's processes
+    cli: bool = False
+
+    def __post_init__(self):
+        for name in ("local_rank", "gpu", "rank", "world_size"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                object.__setattr__(self, name, None)
+
+    def name(self, field):
+        """How `field` is called where the options came from (flag or Python argument)."""
+        return _FLAGS[field] if self.cli else _PYTHON_NAMES.get(field, field)
+
+    def show(self, field, value):
+        """`--field value` on a command line, `field=value` in Python."""
+        return f"{self.name(field)} {value}" if self.cli else f"{self.name(field)}={value!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,22 +159,23 @@ def _port(value, name):
     return port
 
 
-def _parse_dist_url(url):
+def _parse_dist_url(url, name):
     match = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:(\d+)", url.strip())
     if not match:
         raise UsageError(
-            f"--dist-url {url!r} is not understood: use tcp://HOST:PORT or env://")
-    return match.group(1), _port(match.group(2), "--dist-url port")
+            f"{name} {url!r} is not understood: use tcp://HOST:PORT or env://")
+    return match.group(1), _port(match.group(2), f"{name} port")
 
 
 def _master(options, environ, nnodes, default_port):
-    """(addr, port) from --dist-url, --addr/--port, MASTER_ADDR/MASTER_PORT, or loopback."""
+    """(addr, port) from the init method URL, addr/port options, MASTER_ADDR/MASTER_PORT,
+    or loopback."""
     url = options.dist_url
     if url and url != REFERENCE_DIST_URL and not url.startswith("env://"):
-        return _parse_dist_url(url)
+        return _parse_dist_url(url, options.name("dist_url"))
     addr = options.addr or environ.get("MASTER_ADDR")
     if options.port is not None:
-        port = _port(options.port, "--port")
+        port = _port(options.port, options.name("port"))
     elif "MASTER_PORT" in environ:
         port = _port(environ["MASTER_PORT"], "MASTER_PORT")
     else:
@@ -153,8 +183,9 @@ def _master(options, environ, nnodes, default_port):
     if not addr:
         if nnodes > 1:
             raise UsageError(
-                f"a {nnodes}-node run needs the address of node 0: set MASTER_ADDR (or --addr, "
-                "or --dist-url tcp://HOST:PORT); devicekit uses loopback only on one node")
+                f"a {nnodes}-node run needs the address of node 0: set MASTER_ADDR (or "
+                f"{options.name('addr')}, or {options.name('dist_url')} tcp://HOST:PORT); "
+                "devicekit uses loopback only on one node")
         addr = LOOPBACK
     if port is None:
         port = find_free_port()
@@ -162,11 +193,11 @@ def _master(options, environ, nnodes, default_port):
 
 
 def _listed_device(options, local_rank, source):
-    """The device of local rank `local_rank`: its entry in --device-list, or the rank itself."""
+    """The device of local rank `local_rank`: its entry in the device list, or the rank."""
     if not options.device_list:
         return local_rank
     if local_rank >= len(options.device_list):
-        raise UsageError(f"{source}={local_rank} has no entry in --device-list "
+        raise UsageError(f"{source}={local_rank} has no entry in {options.name('device_list')} "
                          f"{','.join(map(str, options.device_list))}: list one device per process")
     return options.device_list[local_rank]
 
@@ -179,7 +210,7 @@ def _check_device(ctx, kind, source):
         var = kind.visible_devices_env
         shown = f"{var}={os.environ[var]!r}" if var in os.environ else f"{var} unset"
         name = f"{source} {ctx.device_index}" if source.startswith("--") else \
-            f"{source}={ctx.device_index}"
+            f"{source}={ctx.device_index!r}"
         raise UsageError(f"{name} but only {count} {kind.name} device(s) are visible ({shown}): "
                          f"use an index below {count}")
     return ctx
@@ -200,10 +231,10 @@ def _check_ranks(rank, world_size, local_rank, local_world_size, names):
 
 def _from_env(options, environ, kind):
     if options.multiprocessing_distributed:
+        flag = options.name("multiprocessing_distributed")
         raise UsageError(
-            "--multiprocessing-distributed was given but a launcher already started this "
-            "process (RANK/WORLD_SIZE are set): drop --multiprocessing-distributed, the "
-            "launcher starts one process per device")
+            f"{flag} was given but a launcher already started this process (RANK/WORLD_SIZE "
+            f"are set): drop {flag}, the launcher starts one process per device")
     fix = (": the launcher must export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
            "MASTER_PORT (torchrun does)")
     rank = _env_int(environ, "RANK", fix=fix)
@@ -211,8 +242,8 @@ def _from_env(options, environ, kind):
     if "LOCAL_RANK" in environ:
         local_rank = _env_int(environ, "LOCAL_RANK")
         if options.local_rank is not None and options.local_rank != local_rank:
-            raise UsageError(f"--local-rank={options.local_rank} contradicts LOCAL_RANK="
-                             f"{local_rank}: pass one of them")
+            raise UsageError(f"{options.show('local_rank', options.local_rank)} contradicts "
+                             f"LOCAL_RANK={local_rank}: pass one of them")
     elif options.local_rank is not None:
         local_rank = options.local_rank
     else:
@@ -227,8 +258,9 @@ def _from_env(options, environ, kind):
     node_rank = _int(environ.get("GROUP_RANK", environ.get("NODE_RANK", rank // local_world_size)),
                      "GROUP_RANK")
     if options.gpu is not None and options.gpu != local_rank:
-        raise UsageError(f"--gpu {options.gpu} contradicts LOCAL_RANK={local_rank}: under a "
-                         "launcher leave out --gpu, the device is LOCAL_RANK")
+        raise UsageError(f"{options.show('gpu', options.gpu)} contradicts LOCAL_RANK="
+                         f"{local_rank}: under a launcher leave out {options.name('gpu')}, "
+                         "the device is LOCAL_RANK")
     if options.local_rank is not None:
         mode = "launch"
     elif "TORCHELASTIC_RUN_ID" in environ:
@@ -238,26 +270,23 @@ def _from_env(options, environ, kind):
     ctx = LaunchContext(mode, rank, local_rank, world_size, local_world_size, node_rank,
                         world_size // local_world_size, environ["MASTER_ADDR"], port,
                         _listed_device(options, local_rank, "LOCAL_RANK"))
-    return _check_device(ctx, kind, "LOCAL_RANK" if not options.device_list else "--device-list")
+    return _check_device(ctx, kind, "LOCAL_RANK" if not options.device_list
+                         else options.name("device_list"))
 
 
 def _from_ascend(options, environ, kind):
     local_world_size = _env_int(environ, "RANK_SIZE", 1)
     rank_id = _env_int(environ, "RANK_ID")
-    nnodes = 1 if options.world_size in (None, -1) else _int(options.world_size, "--world-size", 1)
-    node_rank = 0 if options.rank in (None, -1) else _int(options.rank, "--rank")
-    if node_rank >= nnodes:
-        raise UsageError(f"--rank {node_rank} (the node rank in Ascend's RANK_ID/RANK_SIZE "
-                         f"idiom) is not below --world-size {nnodes} (the number of nodes)")
+    nnodes, node_rank = _nodes(options, "in Ascend's RANK_ID/RANK_SIZE idiom")
     if rank_id >= local_world_size:
         raise UsageError(f"RANK_ID={rank_id} is not below RANK_SIZE={local_world_size}")
     device_index = (_listed_device(options, rank_id, "RANK_ID") if options.gpu is None
-                    else _int(options.gpu, "--gpu"))
+                    else _int(options.gpu, options.name("gpu")))
     addr, port = _master(options, environ, nnodes, DEFAULT_PORT)
     ctx = LaunchContext("ascend", node_rank * local_world_size + rank_id, rank_id,
                         nnodes * local_world_size, local_world_size, node_rank, nnodes,
                         addr, port, device_index)
-    return _check_device(ctx, kind, "--gpu" if options.gpu is not None else "RANK_ID")
+    return _check_device(ctx, kind, options.name("gpu") if options.gpu is not None else "RANK_ID")
 
 
 def _tasks_per_node(value):
@@ -289,46 +318,69 @@ def _from_scheduler(mode, names, options, environ, kind):
 def _spawn_parent(options, environ, kind):
     if options.device_list:
         nprocs = len(options.device_list)
+        listed = ",".join(map(str, options.device_list))
         if options.nproc_per_node not in (None, nprocs):
-            raise UsageError(f"--nproc-per-node {options.nproc_per_node} disagrees with the "
-                             f"{nprocs} ids of --device-list: give one of them")
+            raise UsageError(f"{options.show('nproc_per_node', options.nproc_per_node)} "
+                             f"disagrees with the {nprocs} ids of {options.name('device_list')} "
+                             f"{listed}: give one of them")
         if kind is not None and kind.is_accelerator and max(options.device_list) >= kind.device_count():
-            raise UsageError(f"--device-list {','.join(map(str, options.device_list))} names a "
-                             f"device beyond the {kind.device_count()} visible {kind.name} device(s)")
+            raise UsageError(f"{options.name('device_list')} {listed} names a device beyond "
+                             f"the {kind.device_count()} visible {kind.name} device(s)")
     elif options.nproc_per_node is not None:
-        nprocs = _int(options.nproc_per_node, "--nproc-per-node", 1)
+        nprocs = _int(options.nproc_per_node, options.name("nproc_per_node"), 1)
         if kind is not None and kind.is_accelerator and nprocs > kind.device_count():
             raise UsageError(
-                f"--nproc-per-node {nprocs} exceeds the {kind.device_count()} visible "
-                f"{kind.name} device(s): use at most {kind.device_count()}")
-    elif kind is not None and kind.is_accelerator:
-        nprocs = kind.device_count()
+                f"{options.show('nproc_per_node', nprocs)} exceeds the {kind.device_count()} "
+                f"visible {kind.name} device(s): use at most {kind.device_count()}")
+    elif kind is not None:
+        nprocs = kind.default_ranks_per_node()
     else:
         nprocs = 1
-    nnodes = 1 if options.world_size in (None, -1) else _int(options.world_size, "--world-size", 1)
-    node_rank = 0 if options.rank in (None, -1) else _int(options.rank, "--rank")
-    if node_rank >= nnodes:
-        raise UsageError(f"--rank {node_rank} (the node rank with --multiprocessing-distributed)"
-                         f" is not below --world-size {nnodes} (the number of nodes)")
+    nnodes, node_rank = _nodes(options, "when spawning")
     addr, port = _master(options, environ, nnodes, None if nnodes == 1 else DEFAULT_PORT)
     device_list = tuple(options.device_list) if options.device_list else None
     return LaunchContext("spawn", node_rank * nprocs, 0, nnodes * nprocs, nprocs, node_rank,
                          nnodes, addr, port, device_list[0] if device_list else 0, device_list)
 
 
+def _nodes(options, when):
+    """(nodes, node rank) when spawning: world_size and rank count nodes then."""
+    nnodes = 1 if options.world_size is None else _int(options.world_size,
+                                                       options.name("world_size"), 1)
+    node_rank = 0 if options.rank is None else _int(options.rank, options.name("rank"))
+    if node_rank >= nnodes:
+        raise UsageError(f"{options.show('rank', node_rank)} (the node rank {when}) is not "
+                         f"below {options.show('world_size', nnodes)} (the number of nodes)")
+    return nnodes, node_rank
+
+
 def _from_cli(options, environ, kind):
-    world_size = _int(options.world_size, "--world-size", 1)
-    if options.rank in (None, -1):
-        raise UsageError(f"--world-size {world_size} needs --rank for this process "
-                         "(or start the run with torchrun)")
-    rank = _int(options.rank, "--rank")
+    """Each process started by hand (or by the script's own mp.spawn) with its rank."""
+    if options.world_size is None:
+        raise UsageError(f"{options.show('rank', options.rank)} needs "
+                         f"{options.name('world_size')} (the number of processes) too; a "
+                         "single process needs neither")
+    world_size = _int(options.world_size, options.name("world_size"), 1)
+    if options.rank is None:
+        raise UsageError(f"{options.show('world_size', world_size)} needs "
+                         f"{options.name('rank')} for this process too (or start the run with "
+                         "torchrun)")
+    rank = _int(options.rank, options.name("rank"))
     if rank >= world_size:
-        raise UsageError(f"--rank {rank} is not below --world-size {world_size}")
+        raise UsageError(f"{options.show('rank', rank)} is not below "
+                         f"{options.show('world_size', world_size)}")
     addr, port = _master(options, environ, 1, DEFAULT_PORT)
-    device_index = 0 if options.gpu is None else _int(options.gpu, "--gpu")
+    if options.gpu is not None:
+        device_index, source = _int(options.gpu, options.name("gpu")), options.name("gpu")
+    elif options.local_rank is not None:
+        device_index, source = options.local_rank, options.name("local_rank")
+    else:
+        # A trainer's --rank/--world-size processes each use device 0 unless told (the
+        # reference's way); a script's own processes on one node use the device of their rank.
+        device_index, source = (0, options.name("gpu")) if options.cli else (rank, "rank")
     ctx = LaunchContext("cli", rank, device_index, world_size, world_size, 0, 1, addr, port,
                         device_index)
-    return _check_device(ctx, kind, "--gpu")
+    return _check_device(ctx, kind, source)
 
 
 def launcher_of(environ=None):
@@ -374,8 +426,8 @@ def resolve_launch(options=None, environ=None, kind=None):
                                options, environ, kind)
     if options.multiprocessing_distributed:
         return _spawn_parent(options, environ, kind)
-    if options.world_size not in (None, -1, 1):
+    if options.world_size not in (None, 1) or options.rank not in (None, 0):
         return _from_cli(options, environ, kind)
-    device_index = 0 if options.gpu is None else _int(options.gpu, "--gpu")
+    device_index = 0 if options.gpu is None else _int(options.gpu, options.name("gpu"))
     ctx = LaunchContext("single", 0, 0, 1, 1, 0, 1, LOOPBACK, DEFAULT_PORT, device_index)
-    return _check_device(ctx, kind, "--gpu")
+    return _check_device(ctx, kind, options.name("gpu"))

@@ -1,40 +1,201 @@
-"""Starting one process per device on this node (`--multiprocessing-distributed`)."""
+"""`launch()`: run a function once per rank, whatever started the script.
 
+Under a launcher (torchrun, torch.distributed.launch, a shell loop, Ascend's
+RANK_ID/RANK_SIZE, Slurm, MPI) the process already is a rank: the function runs here.
+Otherwise launch() starts the ranks itself, one per device, and supervises them: the
+first rank that fails stops the others, and so does a signal to this process.
+"""
+
+import ctypes
+import dataclasses
+import multiprocessing.connection
+import os
+import signal
 import sys
+import threading
+import time
+from typing import Callable, Optional, Sequence
 
 import torch.multiprocessing as mp
 
-from devicekit.errors import exit_on_usage_error
+from devicekit import runtime
+from devicekit.distributed import destroy_process_group
+from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error
+from devicekit.launch import LaunchContext, LaunchOptions, launcher_of
+
+NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
+STOP_GRACE_S = 10.0  # a rank that ignores SIGTERM this long is killed
+_PR_SET_PDEATHSIG = 1
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-@exit_on_usage_error
-def _child(index, fn, args):
-    fn(index, *args)
+class RankFailed(SystemExit):
+    """A rank started by launch() failed; the others were stopped.
 
-
-def spawn(fn, nprocs, args, kind):
-    """Run `fn(i, *args)` for i in 0..nprocs-1, each in its own process started with the
-    kind's start method (NPUs cannot be re-initialised in a forked child).
-
-    When any process fails, the others are stopped. Returns 0 when all succeed, else the
-    first failure's exit code (2 for a usage error, 1 otherwise), after one line saying
-    which rank failed and how.
+    A SystemExit, so that `devicekit.launch(main)` as a script's last line exits with
+    `exit_code` (non-zero) without a second traceback; `rank` is the local rank that
+    failed first, `how` says how.
     """
+
+    def __init__(self, rank: int, exit_code: int, how: str):
+        super().__init__(exit_code)
+        self.rank, self.exit_code, self.how = rank, exit_code, how
+
+    def __str__(self):
+        return f"local rank {self.rank} {self.how}; the other ranks were stopped"
+
+
+def launch(fn: Callable, args: Sequence = (), nprocs: Optional[int] = None, *,
+           device_type: Optional[str] = None, options: Optional[LaunchOptions] = None):
+    """Run `fn(local_rank, *args)` once per rank of this node.
+
+    When a launcher started this process, `fn` runs once, here. Otherwise `nprocs` ranks
+    (default: $DEVICEKIT_NPROC_PER_NODE, else one per device, 2 on a CPU) are started
+    with the device's start method on MASTER_ADDR/MASTER_PORT (default: loopback and a
+    free port); with one, `fn` runs here. Inside `fn`, `devicekit.init_distributed()`
+    joins the run. When a rank fails, the others are stopped and RankFailed is raised
+    (SIGINT, SIGTERM or SIGHUP to this process stop every rank too). `options` carry a
+    trainer's launch flags (node count and rank, master, device list).
+    """
+    options = options or LaunchOptions()
+    kind = runtime.kind(device_type, source="--device" if options.cli else "device_type")
+    if _runs_here(nprocs, options):
+        return _run_here(fn, args, runtime.context(options))
+    nprocs = _nprocs(nprocs, options)
+    parent = runtime.resolve_context(dataclasses.replace(
+        options, multiprocessing_distributed=True, nproc_per_node=nprocs))
+    if parent.local_world_size == 1:
+        runtime.adopt(kind, parent.for_spawned_rank(0))
+        return _run_here(fn, args, runtime.context())
+    _supervise(fn, args, parent, kind)
+    return None
+
+
+def nprocs_per_node(nprocs: Optional[int] = None, *,
+                    options: Optional[LaunchOptions] = None) -> int:
+    """How many ranks `launch(fn, nprocs=nprocs, options=options)` runs on this node: the
+    launcher's count when a launcher started this process, else what launch() would
+    start. For per-node decisions made once, before launch() (a batch split, say)."""
+    options = options or LaunchOptions()
+    if _runs_here(nprocs, options):
+        return runtime.context(options).local_world_size
+    return len(options.device_list) if options.device_list else _nprocs(nprocs, options)
+
+
+def _runs_here(nprocs, options):
+    """Whether launch() calls the function in this process instead of starting ranks."""
+    if launcher_of(runtime.launcher_environ()) is not None:
+        return True
+    if options.cli and options.local_rank is not None:
+        return True
+    return not options.multiprocessing_distributed and _nprocs(nprocs, options) == 1
+
+
+def _nprocs(nprocs, options):
+    if nprocs is not None:
+        name = "--nproc-per-node" if options.cli else "nprocs"
+    elif options.nproc_per_node is not None:
+        nprocs, name = options.nproc_per_node, options.name("nproc_per_node")
+    elif NPROC_ENV in os.environ:
+        nprocs, name = os.environ[NPROC_ENV], NPROC_ENV
+    else:
+        return runtime.kind().default_ranks_per_node()
     try:
-        mp.start_processes(_child, args=(fn, args), nprocs=nprocs, join=True,
-                           start_method=kind.start_method)
-    except mp.ProcessExitedException as error:
-        how = (f"was killed by {error.signal_name}" if error.signal_name
-               else f"exited with code {error.exit_code}")
-        print(f"error: local rank {error.error_index} {how}; the other ranks were stopped",
-              file=sys.stderr, flush=True)
-        return error.exit_code if error.exit_code and error.exit_code > 0 else 1
-    except mp.ProcessRaisedException as error:
-        # torch's wrapper caught the child's exception, exited it with code 1 and passed
-        # its traceback here: show that traceback, then the same one line.
-        print(str(error).strip(), file=sys.stderr)
-        print(f"error: local rank {error.error_index} exited with code 1 (an uncaught "
-              "exception, traceback above); the other ranks were stopped",
-              file=sys.stderr, flush=True)
-        return 1
-    return 0
+        value = int(str(nprocs).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        shown = f"{name} {nprocs}" if name.startswith("--") else f"{name}={nprocs!r}"
+        raise UsageError(f"{shown} must be a whole number of processes, at least 1")
+    return value
+
+
+def _run_here(fn, args, ctx):
+    runtime.adopt(runtime.kind(), ctx)
+    try:
+        return fn(ctx.local_rank, *args)
+    finally:
+        destroy_process_group()
+
+
+def _child(index, fn, args, parent, kind_name):
+    # Die with the parent, whatever kills it: a rank must never outlive its run.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        os._exit(1)  # the parent died before prctl took effect
+    # The parent handles Ctrl-C for the whole run (one line, not one traceback per rank).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctx = parent.for_spawned_rank(index)
+    runtime.adopt(runtime.kind(kind_name), ctx)
+    os.environ.update(_rank_environ(ctx))
+    exit_on_usage_error(_run_here)(fn, args, ctx)
+
+
+def _rank_environ(ctx: LaunchContext):
+    """The variables torchrun gives a worker, for code that reads them (or env://)."""
+    return {"RANK": str(ctx.rank), "LOCAL_RANK": str(ctx.local_rank),
+            "WORLD_SIZE": str(ctx.world_size), "LOCAL_WORLD_SIZE": str(ctx.local_world_size),
+            "GROUP_RANK": str(ctx.node_rank), "MASTER_ADDR": ctx.master_addr,
+            "MASTER_PORT": str(ctx.master_port)}
+
+
+def _supervise(fn, args, parent, kind):
+    context = mp.get_context(kind.start_method)
+    procs = [context.Process(target=_child, args=(i, fn, args, parent, kind.name), daemon=False)
+             for i in range(parent.local_world_size)]
+    previous = {}
+
+    def on_signal(signum, frame):
+        _stop(procs)
+        name = signal.Signals(signum).name
+        print(f"devicekit: {name} received: stopped all {len(procs)} ranks", file=sys.stderr,
+              flush=True)
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in _STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, on_signal)
+    try:
+        for proc in procs:
+            proc.start()
+        running = {proc.sentinel: index for index, proc in enumerate(procs)}
+        while running:
+            for sentinel in multiprocessing.connection.wait(list(running)):
+                index = running.pop(sentinel)
+                procs[index].join()
+                code = procs[index].exitcode
+                if code != 0:
+                    _stop(procs)
+                    raise _failure(index, code)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _stop(procs)
+
+
+def _failure(index, code):
+    if code < 0:
+        failure = RankFailed(index, 1, f"was killed by {signal.Signals(-code).name}")
+    elif code == EXIT_USAGE:
+        return RankFailed(index, code, "stopped on a usage error (above)")
+    else:
+        failure = RankFailed(index, code, f"exited with code {code}" + (
+            " (an uncaught exception, traceback above)" if code == 1 else ""))
+    print(f"error: {failure}", file=sys.stderr, flush=True)
+    return failure
+
+
+def _stop(procs):
+    """SIGTERM every rank still running, then SIGKILL what is left after the grace time."""
+    alive = [proc for proc in procs if proc.pid is not None and proc.exitcode is None]
+    for proc in alive:
+        proc.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in alive:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()

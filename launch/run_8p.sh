@@ -3,8 +3,10 @@
 #
 #   bash launch/run_8p.sh                      # the CPU demo: demo data, tinynet, >= 90 % top-1
 #   bash launch/run_8p.sh /data/imagenet -a resnet50 -b 2048 --amp   # arguments go to main.py
+#   SCRIPT=train.py bash launch/run_8p.sh --my-flag                  # any script, its arguments
 #
 # Environment (all optional):
+#   SCRIPT          the program each rank runs (default: this repository's main.py)
 #   NPROC_PER_NODE  processes on this node (default: the device count; 2 on a CPU)
 #   NNODES, NODE_RANK       nodes in the run and this node's index (default 1 and 0)
 #   MASTER_ADDR, MASTER_PORT  node 0's address and a port every rank uses
@@ -13,17 +15,26 @@
 #   BIND_CORES=1    pin each rank to its share of this node's cores with taskset (and
 #                   give it that many compute threads unless OMP_NUM_THREADS is set)
 #   PYTHON          the interpreter (default python)
-# When any rank fails, the others are stopped and the script exits with its exit code.
+# Paths are relative to the directory you run it from. When any rank fails, the others are
+# stopped and the script exits with its exit code; SIGINT, SIGTERM or SIGHUP stop every
+# rank and exit 128 + the signal's number.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python}
+SCRIPT=${SCRIPT:-$REPO/main.py}
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 LOG_DIR=${LOG_DIR:-./logs}
+# devicekit (and, for main.py, models/ and trainer/) import from here without an install.
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
 die() { echo "error: $*" >&2; exit 2; }
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && (( $1 >= 1 )); }
+
+command -v "$PYTHON" >/dev/null 2>&1 \
+    || die "PYTHON=$PYTHON is not an executable on PATH: set PYTHON to your python interpreter"
+[[ -f $SCRIPT ]] || die "SCRIPT=$SCRIPT does not exist (relative to $(pwd)): give the path of a .py file"
 
 is_count "$NNODES" || die "NNODES=$NNODES must be a whole number >= 1"
 [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
@@ -40,7 +51,7 @@ else
     MASTER_PORT=${MASTER_PORT:-$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')}
 fi
 
-if (( $# == 0 )); then
+if (( $# == 0 )) && [[ $SCRIPT -ef $REPO/main.py ]]; then
     # The CPU demo: a small real-file dataset, generated once, and a model that learns it.
     "$PYTHON" -m trainer.demo_data data/demo
     set -- data/demo --arch tinynet --num-classes 10 --image-size 32 --epochs 24 \
@@ -66,9 +77,12 @@ stop_all() {
         timeout 10 tail --pid="$pid" -f /dev/null 2>/dev/null || kill -KILL -- "-$pid" 2>/dev/null || true
     done
 }
-trap 'stop_all; exit 130' INT TERM
+for signal in INT:130 TERM:143 HUP:129; do
+    # shellcheck disable=SC2064  # the code is fixed now, per signal
+    trap "stop_all; echo 'run_8p: ${signal%%:*} received: stopped every rank' >&2; exit ${signal#*:}" "${signal%%:*}"
+done
 
-echo "run_8p: $NPROC_PER_NODE process(es) on node $NODE_RANK of $NNODES, master" \
+echo "run_8p: $NPROC_PER_NODE process(es) of $SCRIPT on node $NODE_RANK of $NNODES, master" \
      "$MASTER_ADDR:$MASTER_PORT, logs in $LOG_DIR" >&2
 for (( i = 0; i < NPROC_PER_NODE; i++ )); do
     rank=$(( NODE_RANK * NPROC_PER_NODE + i ))
@@ -83,9 +97,9 @@ for (( i = 0; i < NPROC_PER_NODE; i++ )); do
     log="$LOG_DIR/rank_$i.log"
     # setsid: each rank leads its own process group, so stopping it stops its loader workers.
     if (( i == 0 )); then
-        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" main.py "$@" > >(tee "$log") 2>&1 &
+        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > >(tee "$log") 2>&1 &
     else
-        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" main.py "$@" > "$log" 2>&1 &
+        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > "$log" 2>&1 &
     fi
     RANK_OF[$!]=$i
 done

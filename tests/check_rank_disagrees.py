@@ -38,11 +38,11 @@ def corrupt_first_sum():
 
 @devicekit.exit_on_usage_error
 def main():
-    kind = devicekit.resolve_kind("cpu")
-    ctx = devicekit.resolve_launch(kind=kind)
+    ctx = devicekit.init_distributed(device_type="cpu", timeout=TIMEOUT_S)
     if ctx.rank == 1:
         corrupt_first_sum()
-    ok = run_rank(ctx, kind, timeout_s=TIMEOUT_S, max_bytes=MAX_BYTES, as_json=False)
+    ok = run_rank(ctx, max_bytes=MAX_BYTES, as_json=False)
+    devicekit.destroy_process_group()
     return 0 if ok else EXIT_DISAGREE
 
 

@@ -30,3 +30,14 @@ def _no_launcher_environment(monkeypatch):
     for key in list(os.environ):
         if key.startswith(LAUNCHER_VARS_PREFIXES):
             monkeypatch.delenv(key)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_devicekit_process_state():
+    """Each test starts as a new process would: no kind, no context, no process group."""
+    from devicekit import distributed, runtime
+
+    runtime.adopt(None, None)
+    yield
+    distributed.destroy_process_group()
+    runtime.adopt(None, None)

@@ -72,7 +72,8 @@ def write_checkpoint(path, arch="tinynet"):
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
     scheduler = state.make_scheduler(optimizer, 1, 0, "step", 2)
     state.save(os.path.dirname(path), state.checkpoint_state(
-        1, arch, model, 12.5, optimizer, scheduler, None), True)
+        1, arch, model, 12.5, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False)),
+        True)
     os.replace(os.path.join(os.path.dirname(path), state.CHECKPOINT), path)
     os.unlink(os.path.join(os.path.dirname(path), state.BEST))
     return path

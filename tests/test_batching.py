@@ -2,7 +2,7 @@
 
 import pytest
 
-from devicekit import split_per_process
+from trainer.batching import split_per_process
 from devicekit.errors import UsageError
 
 

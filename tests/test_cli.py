@@ -6,10 +6,7 @@ import sys
 
 import pytest
 
-from devicekit import kinds
-from devicekit.distributed import init_process_group, process_group
 from devicekit.errors import UsageError
-from devicekit.launch import resolve_launch
 
 from conftest import clean_environ
 
@@ -69,10 +66,22 @@ def test_bad_input_is_one_line_and_exit_code_2(args, env, needle):
     assert "Traceback" not in result.stderr
 
 
-def test_single_process_group_is_not_created_but_the_exit_path_is_safe():
-    cpu = kinds.get("cpu")
-    ctx = resolve_launch(kind=cpu)
-    with process_group(ctx, cpu) as backend:
-        assert backend is None
-    with pytest.raises(UsageError, match="--dist-timeout -1"):
-        init_process_group(ctx, cpu, timeout_s=-1)
+def test_a_single_process_joins_a_group_of_one_and_leaving_is_safe():
+    import torch.distributed as dist
+
+    import devicekit
+
+    ctx = devicekit.init_distributed(device_type="cpu")
+    assert (ctx.mode, ctx.world_size) == ("single", 1)
+    assert dist.get_rank() == 0 and dist.get_world_size() == 1
+    assert devicekit.init_distributed() == ctx  # a second call is the same run
+    devicekit.destroy_process_group()
+    devicekit.destroy_process_group()  # safe on every exit path
+    assert not dist.is_initialized()
+
+
+def test_a_timeout_that_is_not_positive_names_the_argument():
+    import devicekit
+
+    with pytest.raises(UsageError, match=r"^timeout=-1 must be a positive, finite number"):
+        devicekit.init_distributed(timeout=-1)

@@ -32,7 +32,8 @@ def test_registry_names_and_aliases():
     assert kinds.names() == ["npu", "cuda", "cpu"]
     assert kinds.get("gpu") is kinds.get("cuda")
     assert kinds.get("CPU").name == "cpu"
-    with pytest.raises(UsageError, match="unknown device 'tpu': choose one of npu, cuda, cpu"):
+    with pytest.raises(UsageError, match="unknown device 'tpu': choose one of auto, npu, cuda, "
+                                         "cpu, gpu"):
         kinds.get("tpu")
 
 
@@ -76,8 +77,10 @@ def test_cpu_threads_per_rank(monkeypatch, cores, ranks, environ, expected):
 
 
 def test_cuda_kind_on_a_cpu_build_explains_itself():
-    with pytest.raises(UsageError, match="--device cuda: this torch has no CUDA support"):
+    with pytest.raises(UsageError, match="^device_type='cuda': this torch has no CUDA support"):
         resolve_kind("cuda")
+    with pytest.raises(UsageError, match="^--device cuda: this torch has no CUDA support"):
+        resolve_kind("cuda", source="--device")
     with pytest.raises(UsageError, match="no CUDA support"):
         resolve_kind("gpu")
 
@@ -153,17 +156,23 @@ def test_backend_that_contradicts_the_device_is_mapped(requested, kind, expected
 
 
 def test_amp_helpers():
-    cpu = kinds.get("cpu")
-    assert devicekit.grad_scaler(cpu) is None
-    with devicekit.autocast(cpu):
+    devicekit.runtime.kind("cpu")
+    scaler = devicekit.GradScaler()
+    assert not scaler.is_enabled()  # bfloat16 on a CPU needs no loss scaling
+    loss = torch.tensor(3.0)
+    assert scaler.scale(loss) is loss  # a no-op object, not None: no `if scaler:` branches
+    with devicekit.autocast(enabled=True):
         out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
     assert out.dtype == torch.bfloat16
-    with devicekit.autocast(cpu, enabled=False):
+    with devicekit.autocast(enabled=False):
         assert torch.nn.Linear(4, 4)(torch.ones(2, 4)).dtype == torch.float32
-    scaler = devicekit.grad_scaler(cpu, dtype="float16", init_scale=1024)
-    assert scaler is not None and scaler.get_scale() == 1024
+    with devicekit.autocast():  # the device's default, whatever this CPU is
+        expected = torch.bfloat16 if kinds.get("cpu").default_amp() else torch.float32
+        assert torch.nn.Linear(4, 4)(torch.ones(2, 4)).dtype == expected
+    scaler = devicekit.GradScaler(enabled=True, dtype="float16", init_scale=1024)
+    assert scaler.is_enabled() and scaler.get_scale() == 1024
     with pytest.raises(UsageError, match="unknown AMP dtype 'int8'"):
-        cpu.amp_dtype("int8")
+        devicekit.amp_dtype("int8")
 
 
 def test_seeding_is_per_rank_and_repeatable():

@@ -1,6 +1,8 @@
 """Every launcher contract in LAUNCH.md becomes the right LaunchContext; every
 inconsistency is a UsageError that names the variable or flag."""
 
+import re
+
 import pytest
 
 from devicekit import kinds
@@ -27,9 +29,13 @@ class FakeAccelerator:
     def device_count(self):
         return self.count
 
+    def default_ranks_per_node(self):
+        return self.count
+
 
 def resolve(environ=None, kind=CPU, **options):
-    return resolve_launch(LaunchOptions(**options), environ=environ or {}, kind=kind)
+    """The context for a trainer's command line (`options` as its flags) in `environ`."""
+    return resolve_launch(LaunchOptions(cli=True, **options), environ=environ or {}, kind=kind)
 
 
 def test_torchrun_environment():
@@ -62,7 +68,7 @@ def test_local_rank_flag_without_environment_variable():
 
 
 def test_local_rank_flag_contradicting_environment():
-    with pytest.raises(UsageError, match="--local-rank=0 contradicts LOCAL_RANK=1"):
+    with pytest.raises(UsageError, match="--local-rank 0 contradicts LOCAL_RANK=1"):
         resolve(TORCHRUN, local_rank=0)
 
 
@@ -147,7 +153,7 @@ def test_spawn_more_processes_than_devices():
 
 
 def test_spawn_on_cpu_takes_the_count_from_the_flag():
-    assert resolve({}, multiprocessing_distributed=True).world_size == 1
+    assert resolve({}, multiprocessing_distributed=True).world_size == CPU.default_ranks_per_node()
     assert resolve({}, multiprocessing_distributed=True, nproc_per_node=3).world_size == 3
 
 
@@ -250,3 +256,29 @@ def test_device_list_maps_local_ranks_to_devices():
         resolve(TORCHRUN, device_list=(2,))
     with pytest.raises(UsageError, match="names a device beyond the 4 visible"):
         resolve({}, kind=FakeAccelerator(4), multiprocessing_distributed=True, device_list=(3, 4))
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"rank": 2, "world_size": 2}, "rank=2 is not below world_size=2"),
+    ({"rank": 1}, "rank=1 needs world_size (the number of processes) too"),
+    ({"world_size": 2}, "world_size=2 needs rank for this process too"),
+    ({"dist_url": "nccl://x", "rank": 0, "world_size": 2},
+     "init_method 'nccl://x' is not understood"),
+    ({"gpu": 0, "local_rank": 1}, None),
+])
+def test_python_callers_read_their_own_argument_names(options, says):
+    """Errors from the Python API name Python arguments, never command-line flags."""
+    if says is None:  # a launcher's environment with a contradicting gpu=
+        with pytest.raises(UsageError, match=r"^gpu=0 contradicts LOCAL_RANK=1: under a "
+                                             r"launcher leave out gpu,"):
+            resolve_launch(LaunchOptions(**options), environ=TORCHRUN, kind=CPU)
+        return
+    with pytest.raises(UsageError, match="^" + re.escape(says)) as raised:
+        resolve_launch(LaunchOptions(**options), environ={}, kind=CPU)
+    assert "--" not in str(raised.value)
+
+
+def test_argparse_defaults_of_minus_one_mean_not_given():
+    options = LaunchOptions(local_rank=-1, rank=-1, world_size=-1, gpu=-1)
+    assert (options.local_rank, options.rank, options.world_size, options.gpu) == (None,) * 4
+    assert resolve_launch(options, environ={}, kind=CPU).mode == "single"

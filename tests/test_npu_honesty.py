@@ -2,16 +2,21 @@
 
 The wheel is downloaded (never imported, never installed into this environment: with
 torch_npu in site-packages and no CANN, torch's backend autoload makes `import torch`
-itself fail). Its sources show whether every `torch.npu.*` devicekit calls exists and
-whether it registers what devicekit relies on. Installed with `pip --target` into a
-cache folder, it is then put on PYTHONPATH of subprocesses to observe the real failure
-modes of a machine without CANN.
+itself fail) and checked against the sha256 pinned below. Its sources show whether every
+`torch.npu.*` devicekit calls exists and whether it registers what devicekit relies on.
+Installed with `pip --target` into a cache folder, it is then put on PYTHONPATH of
+subprocesses to observe the real failure modes of a machine without CANN.
+
+Where a test cannot run (no download, no wheel for this Python, CANN present) it skips with
+the reason, except in CI (CI=true or CI=1), where the same condition fails the test: these
+tests must not pass by skipping there.
 """
 
 import ast
 import configparser
 import ctypes
 import email.parser
+import hashlib
 import inspect
 import json
 import os
@@ -24,13 +29,56 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.tags import Tag, sys_tags
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICEKIT = REPO / "devicekit"
 FAKE_NPU = REPO / "tests" / "fake_npu"
 NPU_VERSION = "2.13.0"
 TIMEOUT_S = 120
-PIP_TIMEOUT_S = 600
+
+# sha256 of every torch-npu 2.13.0 wheel, as PyPI's simple index lists them (uploaded
+# 2026-10-15); cp311 x86_64, cp311 aarch64 and cp312 x86_64 also checked with sha256sum on
+# downloaded copies.
+# The key is the wheel's tag: torch_npu-2.13.0-<key>.whl. There is no sdist and no cp39 wheel.
+WHEEL_SHA256 = {
+    "cp310-cp310-manylinux_2_28_aarch64":
+        "da6b7785ce005a5459308ad7c88104a5739865d6f23d453dd53ff967c7e17200",
+    "cp310-cp310-manylinux_2_28_x86_64":
+        "3084a5ebdab53d45acbbf3154f7cb45d1e00c463b76f0b9b2149b96c1f12ba67",
+    "cp311-cp311-manylinux_2_28_aarch64":
+        "d0e64a90b3e640b0274511e47c65284d3a7dedae5f6ad2b95d91de12ff9a29ff",
+    "cp311-cp311-manylinux_2_28_x86_64":
+        "0deb809cf447d3fce636ccfdc9c9f874950f1fe76f18f4aaab31e2d345f7dac0",
+    "cp312-cp312-manylinux_2_28_aarch64":
+        "ebb895735bf3c347e8c971c3f9083bb5ec032a1b139876ce019f03ee408d81fa",
+    "cp312-cp312-manylinux_2_28_x86_64":
+        "f27cf44167b6e0a4b8cf82097c688d2bf532edf503d3e5d6a7ced80a7e759ea6",
+    "cp313-cp313-manylinux_2_28_aarch64":
+        "359a055deaf9b94de35ffadff2e68e9fb4a3b3576796ed3617e85d16a42df259",
+    "cp313-cp313-manylinux_2_28_x86_64":
+        "20441bfb56c4054a427560ff413fa033db921b993e06c3d67d0f7edc23d40513",
+    "cp314-cp314-manylinux_2_28_aarch64":
+        "26ce9c45eb340bb9eec7ca5e78102ac1759d63aa7d66adf7c0fcafdeb221c84e",
+    "cp314-cp314-manylinux_2_28_x86_64":
+        "60ea931e36e8f61ab350ef33c6114805068e7dd15b8a28f34f4704ac05089d58",
+}
+# The wheel whose sources the static tests read on a machine no pinned wheel fits (macOS,
+# Python 3.9, ...): the Python sources do not depend on the platform.
+FALLBACK_TAG = "cp311-cp311-manylinux_2_28_x86_64"
+
+# pip download: each try bounded; pip's own socket timeout and retries inside it. The first
+# try uses pip's configuration as it is (a mirror set there is honoured); the second names
+# PyPI itself, for a machine whose configured index lacks torch-npu.
+DOWNLOAD_TRY_S = 300
+PIP_SOCKET_TIMEOUT_S = 60
+PIP_RETRIES = 5
+PYPI_INDEX = "https://pypi.org/simple"
+PIP_INSTALL_S = 300
+
+# Read at import: the suite's autouse fixture removes DEVICEKIT_* variables during tests.
+CACHE_DIR = (Path(os.environ["DEVICEKIT_TEST_CACHE"]) if os.environ.get("DEVICEKIT_TEST_CACHE")
+             else Path.home() / ".cache" / "devicekit-tests")
 
 # Variables that would change what a devicekit subprocess sees; the tests set their own.
 _SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "DEVICEKIT_DEVICE", "CUDA_VISIBLE_DEVICES",
@@ -57,47 +105,117 @@ def run_python(args, env):
                           text=True, timeout=TIMEOUT_S)
 
 
-def _cache_dir():
-    """$DEVICEKIT_TEST_CACHE, or ~/.cache/devicekit-tests."""
-    configured = os.environ.get("DEVICEKIT_TEST_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "devicekit-tests"
+def in_ci():
+    """Whether this run is CI's: CI=true or CI=1 (any case)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
 
 
-def _cached_wheels(cache):
-    """The torch-npu wheels in `cache` built for this Python (cpXY tag)."""
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    return sorted(cache.glob(f"torch_npu-{NPU_VERSION}-{tag}-*.whl"))
+def skip_or_fail(reason):
+    """Skip with `reason`; in CI fail with it instead (these tests must run there)."""
+    if in_ci():
+        pytest.fail(f"{reason} [CI={os.environ['CI']}: this would be a skip outside CI]",
+                    pytrace=False)
+    pytest.skip(reason)
 
 
-def _last_line(text):
-    """The last non-empty line of `text` (pip's actual complaint), or ''."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def wheel_name(tag):
+    return f"torch_npu-{NPU_VERSION}-{tag}.whl"
+
+
+def native_tag():
+    """The pinned wheel tag this interpreter installs (pip's order of preference), or None."""
+    pinned = {Tag(*key.split("-")): key for key in WHEEL_SHA256}
+    return next((pinned[tag] for tag in sys_tags() if tag in pinned), None)
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_sha256(path, expected):
+    """Fail (always, CI or not) unless `path` has the sha256 `expected`."""
+    actual = sha256_of(path)
+    if actual != expected:
+        pytest.fail(f"{path.name}: sha256 mismatch: expected {expected} (pinned in "
+                    f"{Path(__file__).name}), actual {actual}; file: {path}", pytrace=False)
+
+
+def _tail(text, lines=5):
+    """The last non-empty `lines` lines of `text` (pip's actual complaint), or ''."""
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
+def _pip_download(tag, dest, index_url=None):
+    """One try of `pip download` for exactly the wheel `tag` into `dest`; '' on success,
+    else what went wrong."""
+    python_tag, abi, platform_tag = tag.split("-")
+    command = [sys.executable, "-m", "pip", "download", f"torch-npu=={NPU_VERSION}",
+               "--no-deps", "--only-binary=:all:", "--platform", platform_tag,
+               "--python-version", python_tag[2:], "--implementation", "cp", "--abi", abi,
+               "--dest", str(dest), "--timeout", str(PIP_SOCKET_TIMEOUT_S),
+               "--retries", str(PIP_RETRIES), "--progress-bar", "off", "--no-input",
+               "--disable-pip-version-check"]
+    if index_url:
+        command += ["--index-url", index_url]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TRY_S,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"`pip download` took over {DOWNLOAD_TRY_S} s"
+    if result.returncode != 0:
+        return (f"`pip download` exited {result.returncode}: "
+                f"{_tail(result.stderr) or _tail(result.stdout)}")
+    if not (dest / wheel_name(tag)).is_file():
+        saved = sorted(item.name for item in dest.iterdir())
+        return f"`pip download` saved {saved}, not {wheel_name(tag)}"
+    return ""
+
+
+def fetch_wheel(tag):
+    """CACHE_DIR/<wheel for tag>, downloaded once and checked against its pinned sha256 (a
+    mismatch fails). Skips (fails in CI) when no try could download it."""
+    path = CACHE_DIR / wheel_name(tag)
+    if not path.is_file():
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        failures = []
+        for index_url in (None, PYPI_INDEX):
+            staging = Path(tempfile.mkdtemp(prefix="download.", dir=CACHE_DIR))
+            try:
+                problem = _pip_download(tag, staging, index_url)
+                if not problem:
+                    verify_sha256(staging / wheel_name(tag), WHEEL_SHA256[tag])
+                    os.replace(staging / wheel_name(tag), path)
+                    break
+                failures.append(f"[{index_url or 'index from pip config'}] {problem}")
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        else:
+            skip_or_fail(f"cannot download {wheel_name(tag)}: " + "; ".join(failures))
+    verify_sha256(path, WHEEL_SHA256[tag])
+    return path
 
 
 @pytest.fixture(scope="session")
 def npu_wheel():
-    """Path to the torch-npu wheel, downloaded once into the cache (skip when impossible)."""
-    cache = _cache_dir()
-    if not _cached_wheels(cache):
-        cache.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "pip", "download", f"torch-npu=={NPU_VERSION}",
-                   "--no-deps", "-d", str(cache)]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True,
-                                    timeout=PIP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"pip download torch-npu=={NPU_VERSION} took over {PIP_TIMEOUT_S} s")
-        if result.returncode != 0 or not _cached_wheels(cache):
-            pytest.skip(f"cannot download torch-npu=={NPU_VERSION} for this Python: "
-                        f"{_last_line(result.stderr) or _last_line(result.stdout)}")
-    return _cached_wheels(cache)[-1]
+    """The pinned torch-npu wheel this Python and platform install; skips (fails in CI)
+    when there is none or it cannot be downloaded."""
+    tag = native_tag()
+    if tag is None:
+        skip_or_fail(f"no torch-npu {NPU_VERSION} wheel fits this interpreter "
+                     f"(best tag {next(iter(sys_tags()))}; pinned: {sorted(WHEEL_SHA256)})")
+    return fetch_wheel(tag)
 
 
 @pytest.fixture(scope="session")
-def wheel(npu_wheel):
-    """The wheel's sources, read from the archive."""
-    return WheelSources(npu_wheel)
+def wheel():
+    """The wheel's sources, read from the archive: this machine's wheel, or the pinned
+    cp311 x86_64 one where none fits (the .py files are the same)."""
+    return WheelSources(fetch_wheel(native_tag() or FALLBACK_TAG))
 
 
 @pytest.fixture(scope="session")
@@ -106,16 +224,17 @@ def npu_target(npu_wheel):
     while it comes from the same wheel. Never on this process's sys.path."""
     target = npu_wheel.parent / "npu_target"
     stamp = target / ".from-wheel"
-    if stamp.is_file() and stamp.read_text() == npu_wheel.name:
+    expected_stamp = f"{npu_wheel.name} sha256={WHEEL_SHA256[native_tag()]}"
+    if stamp.is_file() and stamp.read_text() == expected_stamp:
         return target
     staging = Path(tempfile.mkdtemp(prefix="npu_target.", dir=npu_wheel.parent))
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-             "--target", str(staging), str(npu_wheel)],
-            capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
+             "--disable-pip-version-check", "--target", str(staging), str(npu_wheel)],
+            capture_output=True, text=True, timeout=PIP_INSTALL_S, stdin=subprocess.DEVNULL)
         assert result.returncode == 0, f"pip install --target failed: {result.stderr}"
-        (staging / ".from-wheel").write_text(npu_wheel.name)
+        (staging / ".from-wheel").write_text(expected_stamp)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     finally:
@@ -125,12 +244,13 @@ def npu_target(npu_wheel):
 
 @pytest.fixture(scope="session")
 def no_cann():
-    """Skip when CANN's libhccl.so loads here: the no-CANN failure modes need it absent."""
+    """Skip (fail in CI) when CANN's libhccl.so loads here: the no-CANN failure modes need
+    it absent."""
     try:
         ctypes.CDLL("libhccl.so")
     except OSError:
         return
-    pytest.skip("CANN (libhccl.so) is installed here; these tests observe a machine without it")
+    skip_or_fail("CANN (libhccl.so) is installed here; these tests observe a machine without it")
 
 
 class WheelSources:
@@ -158,14 +278,20 @@ class WheelSources:
         base = dotted.replace(".", "/")
         return self.files.get(f"{base}/__init__.py", self.files.get(f"{base}.py"))
 
-    def top_level_names(self, dotted):
-        """Names module `dotted` binds at top level or lists in a literal __all__."""
-        names = set()
+    def top_level_names(self, dotted, _seen=None):
+        """Names module `dotted` binds at top level, lists in a literal __all__, or takes in
+        with `from M import *` from a module M of the wheel (M's __all__, else its public
+        names, as Python does)."""
+        seen = set() if _seen is None else _seen
+        seen.add(dotted)
+        names, star_modules = set(), []
         statements = list(ast.parse(self.module_source(dotted)).body)
         while statements:
             node = statements.pop()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
+            elif isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                star_modules.append(self._star_module(dotted, node))
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -180,7 +306,34 @@ class WheelSources:
                     statements.extend(getattr(node, block, []))
                 for handler in getattr(node, "handlers", []):
                     statements.extend(handler.body)
+        for module in star_modules:
+            if module in seen or self.module_source(module) is None:
+                continue
+            exported = self._literal_all(module)
+            if exported is None:
+                exported = {name for name in self.top_level_names(module, seen)
+                            if not name.startswith("_")}
+            names |= exported
         return names
+
+    def _star_module(self, dotted, node):
+        """The dotted name of the module that `from ... import *` in module `dotted` reads."""
+        if not node.level:
+            return node.module
+        is_package = f"{dotted.replace('.', '/')}/__init__.py" in self.files
+        package = dotted if is_package else dotted.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        return f"{package}.{node.module}" if node.module else package
+
+    def _literal_all(self, dotted):
+        """The names in module `dotted`'s top-level literal __all__, or None without one."""
+        for node in ast.parse(self.module_source(dotted)).body:
+            if (isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                    and isinstance(node.value, (ast.List, ast.Tuple))):
+                return {item.value for item in node.value.elts if isinstance(item, ast.Constant)}
+        return None
 
     def resolves(self, dotted):
         """Whether `torch_npu.a.b.c` names a module in the wheel or a name such a module
@@ -264,6 +417,8 @@ def test_every_torch_npu_name_devicekit_calls_exists_in_the_wheel(wheel):
             ("set_device", "synchronize", "device_count", "is_available", "memory_allocated")}
     assert core <= used, f"the scan missed calls devicekit makes: {sorted(core - used)}"
     assert not wheel.resolves("torch_npu.npu.no_such_function"), "the wheel check cannot fail"
+    # Names torch.npu takes in only through `from ._backends import *` (no __all__ there).
+    assert wheel.resolves("torch_npu.npu.get_soc_version"), "the check misses star imports"
     missing = sorted(name for name in used if not wheel.resolves(name))
     assert not missing, f"devicekit calls names torch-npu {NPU_VERSION} lacks: {missing}"
 
@@ -310,18 +465,30 @@ def test_wheel_pins_the_installed_torch_release(wheel):
 
 # -- Test B: the real wheel without CANN, in subprocesses ------------------------------------
 
+# What the real torch_npu raises on a machine without CANN, and what devicekit says of it.
+CANN_LOAD_ERROR = "libhccl.so: cannot open shared object file: No such file or directory"
+AUTOLOAD_ERROR = "Failed to load the backend extension: torch_npu"
+CANN_MISSING = "CANN libraries are not on the library path (libhccl.so not found)"
+CANN_FIX = "set_env.sh"
+
+
 def test_import_torch_fails_with_the_wheel_on_the_path(npu_target, no_cann):
-    """The autoload pitfall devicekit works around: plain `import torch` breaks."""
+    """The autoload pitfall devicekit works around: plain `import torch` breaks, because
+    torch's autoload imports torch_npu, whose _C needs CANN's libhccl.so."""
     result = run_python(["-c", "import torch"], subprocess_env(npu_target))
     assert result.returncode != 0
-    assert "torch_npu" in result.stderr
-    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" in result.stderr
+    assert CANN_LOAD_ERROR in result.stderr, result.stderr
+    assert AUTOLOAD_ERROR in result.stderr, result.stderr
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in result.stderr, result.stderr
 
 
 def test_importing_devicekit_first_keeps_torch_importable(npu_target, no_cann):
-    code = "import devicekit, torch; import sys; assert 'torch_npu' not in sys.modules"
+    """Because devicekit switches the autoload off before torch loads."""
+    code = ("import devicekit, torch, os, sys; assert 'torch_npu' not in sys.modules; "
+            "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])")
     result = run_python(["-c", code], subprocess_env(npu_target))
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0", result.stdout
 
 
 def test_check_on_npu_without_cann_prints_one_line(npu_target, no_cann):
@@ -330,7 +497,8 @@ def test_check_on_npu_without_cann_prints_one_line(npu_target, no_cann):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "CANN" in lines[0] and "libhccl.so" in lines[0] and "set_env.sh" in lines[0]
+    assert lines[0].startswith("error: --device npu: torch_npu is installed but"), lines[0]
+    assert CANN_MISSING in lines[0] and CANN_FIX in lines[0], lines[0]
     assert "Traceback" not in result.stderr + result.stdout
 
 
@@ -339,11 +507,14 @@ def test_doctor_auto_without_cann_falls_back_to_cpu(npu_target, no_cann):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["torch_npu"]["state"] == "CANN missing"
+    assert CANN_MISSING in report["torch_npu"]["detail"], report["torch_npu"]
     assert report["torch_npu"]["version"] == NPU_VERSION
     assert report["device"] == "cpu"
     assert report["problems"] == []
-    for line in result.stderr.strip().splitlines():
-        assert line.startswith("devicekit: warning:") and "skipped npu" in line, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("devicekit: warning:"), lines[0]
+    assert CANN_MISSING in lines[0] and "(auto-detection skipped npu)" in lines[0], lines[0]
 
 
 def test_doctor_on_npu_without_cann_reports_the_problem(npu_target, no_cann):
@@ -351,8 +522,46 @@ def test_doctor_on_npu_without_cann_reports_the_problem(npu_target, no_cann):
                         subprocess_env(npu_target))
     assert result.returncode == 2, result.stderr
     problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM")]
-    assert problems and "CANN" in problems[0], result.stdout
+    assert len(problems) == 1, result.stdout
+    assert CANN_MISSING in problems[0] and CANN_FIX in problems[0], problems[0]
     assert "Traceback" not in result.stderr + result.stdout
+
+
+# -- The guards themselves -------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["true", "1", "TRUE"])
+def test_a_skip_fails_in_ci(monkeypatch, value):
+    monkeypatch.setenv("CI", value)
+    with pytest.raises(pytest.fail.Exception, match="no wheel here"):
+        skip_or_fail("no wheel here")
+
+
+@pytest.mark.parametrize("value", [None, "", "false", "0"])
+def test_a_skip_stays_a_skip_outside_ci(monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", value)
+    with pytest.raises(pytest.skip.Exception, match="no wheel here"):
+        skip_or_fail("no wheel here")
+
+
+def test_a_hash_mismatch_fails_naming_expected_and_actual(tmp_path):
+    path = tmp_path / wheel_name(FALLBACK_TAG)
+    path.write_bytes(b"not the wheel")
+    actual = hashlib.sha256(b"not the wheel").hexdigest()
+    expected = WHEEL_SHA256[FALLBACK_TAG]
+    with pytest.raises(pytest.fail.Exception) as failure:
+        verify_sha256(path, expected)
+    assert f"expected {expected}" in str(failure.value)
+    assert f"actual {actual}" in str(failure.value)
+
+
+def test_this_machine_has_a_pinned_wheel():
+    """The machines this project runs on (and CI's) are x86_64 Linux, CPython 3.10-3.14."""
+    if native_tag() is None:
+        skip_or_fail(f"no pinned torch-npu wheel for {next(iter(sys_tags()))}")
+    assert native_tag() in WHEEL_SHA256
 
 
 # -- No wheel needed ---------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from devicekit import kinds, resolve_backend
+from devicekit import kinds
+from devicekit.distributed import resolve_backend
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_NPU = REPO / "tests" / "fake_npu"
@@ -37,6 +38,8 @@ import json, sys
 import torch
 import devicekit
 from devicekit import UsageError, kinds
+from devicekit.detect import resolve_kind
+from devicekit.launch import resolve_launch
 out = {}
 """
 _EPILOGUE = """
@@ -87,7 +90,7 @@ def error_line(result):
 
 def test_npu_kind_answers_from_the_fake():
     out, _ = scenario("""
-kind = devicekit.resolve_kind("npu")
+kind = resolve_kind("npu")
 out.update(
     same=kind is kinds.get("npu"), name=kind.name, backend=kind.backend,
     torch_backend=torch.distributed.get_default_backend_for_device("npu"),
@@ -110,7 +113,7 @@ out.update(
 
 def test_memory_stats_and_synchronize_go_to_torch_npu():
     out, _ = scenario("""
-kind = devicekit.resolve_kind("npu")
+kind = resolve_kind("npu")
 start = len(sys.modules["torch_npu"].CALLS)
 kind.synchronize()
 out["stats"] = kind.memory_stats()
@@ -126,7 +129,7 @@ out["start"] = start
 _AUTO = """
 if sys.argv[1] == "cuda-present":
     type(kinds.get("cuda")).probe = lambda self: (True, "")
-out["kind"] = devicekit.resolve_kind().name
+out["kind"] = resolve_kind().name
 """
 
 
@@ -150,7 +153,7 @@ def test_auto_detection_without_npus_picks_cpu():
 def test_bad_visible_devices_fail_before_any_npu_call(requested, value, says):
     out, _ = scenario("""
 try:
-    out["kind"] = devicekit.resolve_kind(sys.argv[1]).name
+    out["kind"] = resolve_kind(sys.argv[1]).name
 except UsageError as error:
     out["error"] = str(error)
 """, requested, FAKE_NPU_COUNT="8", ASCEND_RT_VISIBLE_DEVICES=value)
@@ -163,23 +166,25 @@ except UsageError as error:
 
 def test_init_process_group_binds_the_npu_before_anything_else():
     out, _ = scenario("""
-kind = devicekit.resolve_kind("npu")
-ctx = devicekit.resolve_launch(devicekit.LaunchOptions(gpu=1), kind=kind)
+devicekit.runtime.kind("npu")
 start = len(sys.modules["torch_npu"].CALLS)
+ctx = devicekit.init_distributed(options=devicekit.LaunchOptions(gpu=1))
 out.update(mode=ctx.mode, index=ctx.device_index, start=start,
-           used=devicekit.init_process_group(ctx, kind))
+           backend=torch.distributed.get_backend(), device=str(devicekit.device()))
+devicekit.destroy_process_group()
 """, FAKE_NPU_COUNT="2")
     assert out["mode"] == "single" and out["index"] == 1
-    assert out["used"] is None
-    assert out["calls"][out["start"]:] == [["set_device", 1]]
+    assert out["backend"] == "hccl" and out["device"] == "npu:1"
+    calls = out["calls"][out["start"]:]
+    assert calls.index(["set_device", 1]) < calls.index(["new_hccl_group", 1]), calls
 
 
 def test_resolve_backend_maps_nccl_to_hccl_on_npu_with_one_warning():
     out, _ = scenario("""
 import contextlib, io
-kind = devicekit.resolve_kind("npu")
+kind = resolve_kind("npu")
 with contextlib.redirect_stderr(io.StringIO()) as captured:
-    out["backend"] = devicekit.resolve_backend(kind, "nccl")
+    out["backend"] = devicekit.distributed.resolve_backend(kind, "nccl")
 out["warning"] = captured.getvalue()
 """)
     assert out["backend"] == "hccl"
@@ -215,7 +220,7 @@ def test_npu_without_torch_npu_says_how_to_install():
         pytest.skip("a real torch_npu is installed in this environment")
     out, _ = scenario("""
 try:
-    devicekit.resolve_kind("npu")
+    resolve_kind("npu")
 except UsageError as error:
     out["error"] = str(error)
 """, fake=False)
@@ -253,9 +258,9 @@ _TORCHRUN_ENV = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
 @pytest.mark.parametrize("local_rank, fits", [("1", True), ("2", False)])
 def test_torchrun_local_rank_must_fit_the_visible_npus(local_rank, fits):
     out, _ = scenario("""
-kind = devicekit.resolve_kind("npu")
+kind = resolve_kind("npu")
 try:
-    out["device_index"] = devicekit.resolve_launch(kind=kind).device_index
+    out["device_index"] = resolve_launch(kind=kind).device_index
 except UsageError as error:
     out["error"] = str(error)
 """, RANK=local_rank, LOCAL_RANK=local_rank, **_TORCHRUN_ENV)

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from devicekit import LaunchOptions, kinds, resolve_launch
+from devicekit import LaunchOptions, kinds
+from devicekit.launch import resolve_launch
 from trainer.options import launch_options, parse_args
 
 from conftest import ROOT, clean_environ

@@ -4,6 +4,8 @@ validation (every sample evaluated once, whatever the world size)."""
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+import devicekit
+
 
 class EpochSeededSampler(Sampler):
     """DistributedSampler's shard, yielding (epoch, index) so each sample's augmentation
@@ -66,9 +68,10 @@ class ShardSampler(Sampler):
         return len(self.indices)
 
 
-def build_loaders(train_set, val_set, batch_size, workers, ctx, kind, seed):
+def build_loaders(train_set, val_set, batch_size, workers, ctx, seed):
     """(train_loader, val_loader) for the rank described by `ctx`."""
-    common = {"batch_size": batch_size, "num_workers": workers, "pin_memory": kind.pin_memory,
+    common = {"batch_size": batch_size, "num_workers": workers,
+              "pin_memory": devicekit.pin_memory(),
               "persistent_workers": workers > 0}
     if workers > 0:
         common["prefetch_factor"] = 4

@@ -4,7 +4,6 @@ Loss and accuracy are accumulated on the device and read only when a line is pri
 so the step itself never waits for the host.
 """
 
-import contextlib
 import time
 
 import torch
@@ -78,14 +77,11 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
         data_time.update(time.perf_counter() - end)
         images, target = prepare_batch(images, target, run.device, run.channels_last)
         last_micro = (step + 1) % run.grad_accum == 0 or step + 1 == steps
-        sync = contextlib.nullcontext() if last_micro or not hasattr(model, "no_sync") \
-            else model.no_sync()
-        with sync:
-            with devicekit.autocast(run.kind, enabled=run.amp):
+        with devicekit.no_sync(model, enabled=not last_micro):
+            with devicekit.autocast(enabled=run.amp):
                 output = model(images)
                 loss = criterion(output, target)
-            scaled = loss / run.grad_accum
-            (scaler.scale(scaled) if scaler else scaled).backward()
+            scaler.scale(loss / run.grad_accum).backward()
         if last_micro:
             _optimizer_step(model, optimizer, scaler, run.clip_grad)
             scheduler.step()
@@ -95,7 +91,7 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
             count += n
             totals += torch.stack([loss.detach().float() * n, hits1.float(), hits5.float()])
         if step + 1 == timed_from:
-            run.kind.synchronize()
+            devicekit.synchronize()
             start = time.perf_counter()
         elif step >= timed_from:
             timed_images += n
@@ -108,7 +104,7 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
             print(progress_line(f"Epoch: [{epoch}]", step, steps,
                                 [batch_time, data_time, losses, top1, top5]), flush=True)
         end = time.perf_counter()
-    run.kind.synchronize()
+    devicekit.synchronize()
     elapsed = time.perf_counter() - start
     loss_sum, hits1, hits5 = totals.tolist()
     return {"loss": loss_sum / max(count, 1), "acc1": 100 * hits1 / max(count, 1),
@@ -118,14 +114,10 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
 
 def _optimizer_step(model, optimizer, scaler, clip_grad):
     if clip_grad is not None:
-        if scaler:
-            scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
-    if scaler:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
     optimizer.zero_grad(set_to_none=True)
 
 
@@ -143,7 +135,7 @@ def validate(loader, model, criterion, run):
             if step >= steps:
                 break
             images, target = prepare_batch(images, target, run.device, run.channels_last)
-            with devicekit.autocast(run.kind, enabled=run.amp):
+            with devicekit.autocast(enabled=run.amp):
                 output = model(images)
                 loss = criterion(output, target)
             hits1, hits5 = correct_topk(output, target)

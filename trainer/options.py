@@ -7,10 +7,10 @@ import os
 import sys
 
 import models
-from devicekit import kinds
-from devicekit.config import load_config
-from devicekit.errors import EXIT_USAGE, UsageError
-from devicekit.launch import LaunchOptions
+from devicekit import LaunchOptions, UsageError
+from devicekit.errors import EXIT_USAGE
+from devicekit.kinds import device_choices
+from trainer.config import load_config
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,7 +86,7 @@ def build_parser():
     # Ascend's ResNet50 scripts
     p.add_argument("--addr", default=None, help="master address")
     p.add_argument("--port", type=int, default=None, help="master port")
-    p.add_argument("--device", default="auto", choices=["auto"] + kinds.names() + list(kinds.ALIASES),
+    p.add_argument("--device", default="auto", choices=device_choices(),
                    help="device kind (default auto: npu, then cuda, then cpu)")
     p.add_argument("--device-list", type=_device_list, default=None, metavar="IDS",
                    help="device ids for this node's processes, e.g. 0,1,2,3")
@@ -106,7 +106,7 @@ def build_parser():
     # ours
     p.add_argument("--nproc-per-node", type=int, default=None,
                    help="processes per node with --multiprocessing-distributed "
-                        "(default: the device count; 1 on cpu)")
+                        "(default: the device count; 2 on cpu)")
     p.add_argument("--image-size", type=int, default=224, help="training crop (default 224)")
     p.add_argument("--steps-per-epoch", type=int, default=None, help="cap training steps")
     p.add_argument("--val-steps", type=int, default=None, help="cap validation steps")
@@ -222,4 +222,5 @@ def launch_options(args):
                          world_size=args.world_size, dist_url=args.dist_url, addr=args.addr,
                          port=args.port,
                          multiprocessing_distributed=args.multiprocessing_distributed,
-                         nproc_per_node=args.nproc_per_node, device_list=args.device_list)
+                         nproc_per_node=args.nproc_per_node, device_list=args.device_list,
+                         cli=True)

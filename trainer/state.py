@@ -1,6 +1,5 @@
 """What a run keeps between epochs: the LR schedule, checkpoints, and metrics.jsonl."""
 
-import hashlib
 import json
 import math
 import os
@@ -48,7 +47,7 @@ def checkpoint_state(epoch, arch, model, best_acc1, optimizer, scheduler, scaler
              "state_dict": checkpoint.strip_prefix(model.state_dict()),
              "best_acc1": float(best_acc1), "optimizer": optimizer.state_dict(),
              "scheduler": scheduler.state_dict()}
-    if scaler is not None:
+    if scaler.is_enabled():
         state["scaler"] = scaler.state_dict()
     return state
 
@@ -67,7 +66,7 @@ def resume(path, arch, model, optimizer, scheduler, scaler):
     optimizer.load_state_dict(state["optimizer"])
     if "scheduler" in state:
         scheduler.load_state_dict(state["scheduler"])
-    if scaler is not None and "scaler" in state:
+    if scaler.is_enabled() and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
     return int(state["epoch"]), float(state.get("best_acc1", 0.0))
 
@@ -78,15 +77,6 @@ def load_pretrained(path, model):
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     checkpoint.load_state_dict_into(model, state, f"--pretrained {path!r}")
-
-
-def fingerprint(model):
-    """A short hash of the model's parameters and buffers (identical weights, same hash)."""
-    digest = hashlib.sha256()
-    for key, tensor in model.state_dict().items():
-        digest.update(key.encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def append_metrics(output_dir, row):

@@ -18,14 +18,21 @@ def names():
     return list(_REGISTRY)
 
 
-def get(name):
-    """The DeviceKind called `name` (aliases such as "gpu" accepted)."""
+def device_choices():
+    """Every name a user may choose a kind by: "auto", the kinds, their aliases."""
+    return ["auto"] + names() + list(ALIASES)
+
+
+def get(name, label=None):
+    """The DeviceKind called `name` (aliases such as "gpu" accepted); `label` says where
+    the name came from in the error for an unknown one."""
     key = ALIASES.get(str(name).lower(), str(name).lower())
     try:
         return _REGISTRY[key]
     except KeyError:
-        choices = ", ".join(names() + list(ALIASES) + ["auto"])
-        raise UsageError(f"unknown device {name!r}: choose one of {choices}") from None
+        choices = ", ".join(device_choices())
+        raise UsageError(f"{label or repr(name)}: unknown device {name!r}: choose one of "
+                         f"{choices}") from None
 
 
-__all__ = ["AcceleratorKind", "DeviceKind", "get", "names", "ALIASES"]
+__all__ = ["AcceleratorKind", "DeviceKind", "device_choices", "get", "names", "ALIASES"]

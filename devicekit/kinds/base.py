@@ -1,5 +1,8 @@
 """The interface every device kind answers, and the shared accelerator behaviour."""
 
+import abc
+from typing import Optional, Tuple
+
 import torch
 
 from devicekit.errors import UsageError
@@ -8,7 +11,7 @@ _DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float1
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
-class DeviceKind:
+class DeviceKind(abc.ABC):
     """What devicekit knows about one kind of device.
 
     Subclasses set the class attributes and override what differs. A kind is stateless:
@@ -29,19 +32,13 @@ class DeviceKind:
         return f"<DeviceKind {self.name}>"
 
     # -- presence -------------------------------------------------------------------
-    def probe(self):
+    @abc.abstractmethod
+    def probe(self) -> Tuple[bool, str]:
         """Return (usable, reason): whether this kind can run here, and why not if it cannot."""
-        raise NotImplementedError
 
     def is_available(self):
         """True when at least one device of this kind is usable in this process."""
         return self.probe()[0]
-
-    def ensure_usable(self):
-        """Raise UsageError naming the reason and the fix when this kind cannot run here."""
-        usable, reason = self.probe()
-        if not usable:
-            raise UsageError(reason)
 
     def worth_a_warning_when_skipped(self):
         """Whether auto-detection should say why it skipped this kind (its stack is installed)."""
@@ -51,9 +48,9 @@ class DeviceKind:
         """The visible-devices list parsed and validated, or None when the variable is unset."""
         return None
 
-    def device_count(self):
+    @abc.abstractmethod
+    def device_count(self) -> int:
         """Devices of this kind this process may use (the visible-devices variable honoured)."""
-        raise NotImplementedError
 
     def default_ranks_per_node(self):
         """How many ranks a launcher starts per node when not told: one per device."""
@@ -75,8 +72,31 @@ class DeviceKind:
         """Set the host threads of one of `local_world_size` processes on this node; the
         number of compute threads when they do the training (CPU), else None."""
 
+    def current_device(self) -> int:
+        """The index of this process's current device (0 where there is only one)."""
+        return 0
+
     def synchronize(self):
         """Wait for all queued work on the current device."""
+
+    def manual_seed(self, seed: int):
+        """Seed the random generator of the current device."""
+        torch.default_generator.manual_seed(int(seed))
+
+    def manual_seed_all(self, seed: int):
+        """Seed the random generators of every device of this kind."""
+        torch.default_generator.manual_seed(int(seed))
+
+    def empty_cache(self):
+        """Give cached, unused device memory back (no-op without a caching allocator)."""
+
+    def memory(self, statistic: str) -> int:
+        """A device allocator figure in bytes: "memory_allocated", "max_memory_allocated",
+        "memory_reserved" or "max_memory_reserved" (0 without a device allocator)."""
+        return 0
+
+    def reset_peak_memory_stats(self):
+        """Start the max_memory_* figures afresh."""
 
     def memory_stats(self):
         """A small dict of memory figures in bytes for the current device."""
@@ -127,6 +147,15 @@ class DeviceKind:
         """Whether channels_last memory format is faster here (with or without AMP)."""
         return False
 
+    @property
+    def autocast_device_type(self) -> str:
+        """The device type torch.autocast takes for this kind."""
+        return self.name
+
+    def grad_scaler(self, enabled: bool, **kwargs) -> "torch.amp.GradScaler":
+        """A GradScaler for this kind (a no-op one when not `enabled`)."""
+        return torch.amp.GradScaler(self.name, enabled=enabled, **kwargs)
+
     def needs_grad_scaler(self, dtype):
         """float16 gradients underflow without loss scaling; bfloat16 keeps fp32's range."""
         return dtype == torch.float16
@@ -145,7 +174,7 @@ class AcceleratorKind(DeviceKind):
     @property
     def module(self):
         """The torch device module (`torch.cuda`, `torch.npu`)."""
-        return getattr(torch, self.name)
+        return torch.get_device_module(self.name)
 
     def device_count(self):
         return self.module.device_count()
@@ -153,8 +182,26 @@ class AcceleratorKind(DeviceKind):
     def set_device(self, index):
         self.module.set_device(index)
 
+    def current_device(self):
+        return self.module.current_device()
+
     def synchronize(self):
         self.module.synchronize()
+
+    def manual_seed(self, seed):
+        self.module.manual_seed(int(seed))
+
+    def manual_seed_all(self, seed):
+        self.module.manual_seed_all(int(seed))
+
+    def empty_cache(self):
+        self.module.empty_cache()
+
+    def memory(self, statistic):
+        return getattr(self.module, statistic)()
+
+    def reset_peak_memory_stats(self):
+        self.module.reset_peak_memory_stats()
 
     def memory_stats(self):
         module = self.module

@@ -39,12 +39,12 @@ class CudaKind(AcceleratorKind):
         # Ask torch.accelerator, not torch.cuda.is_available(): torch_npu's
         # transfer_to_npu shim patches the latter to report True on an NPU machine.
         if self._accelerator_type() != "cuda":
-            return False, ("--device cuda: this torch has no CUDA support "
+            return False, ("this torch has no CUDA support "
                            f"(torch.accelerator reports {self._accelerator_type()}); "
                            f"{self.install_hint}")
         self.visible_devices(os.environ)
         if self.module.device_count() == 0:
-            return False, ("--device cuda: no GPU is visible "
+            return False, ("no GPU is visible "
                            f"({self.visible_devices_env}={os.environ.get(self.visible_devices_env)!r}); "
                            "check `nvidia-smi` and the variable")
         return True, ""

@@ -57,7 +57,7 @@ class NpuKind(AcceleratorKind):
             return self._load_error
         if not self.is_installed():
             return "not installed", (
-                "--device npu: torch_npu is not installed; install the release that matches "
+                "torch_npu is not installed; install the release that matches "
                 f"torch {torch.__version__.split('+')[0]}: {self.install_hint} "
                 f"(or pip install torch-npu=={torch.__version__.split('+')[0]})")
         try:
@@ -68,15 +68,15 @@ class NpuKind(AcceleratorKind):
             # "undefined symbol" in a .so found is a version mismatch, not a missing CANN.
             if ".so" in missing and "cannot open shared object file" in str(error):
                 self._load_error = ("CANN missing", (
-                    f"--device npu: torch_npu is installed but the CANN libraries are not "
+                    f"torch_npu is installed but the CANN libraries are not "
                     f"on the library path ({missing} not found): run `source {CANN_SET_ENV}` "
                     "(or your CANN install's set_env.sh) in this shell first"))
             else:
-                self._load_error = ("import failed", f"--device npu: import torch_npu failed: {error}")
+                self._load_error = ("import failed", f"import torch_npu failed: {error}")
             return self._load_error
         except Exception as error:  # torch_npu raises RuntimeError on version/accelerator conflicts
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            self._load_error = ("import failed", f"--device npu: import torch_npu failed: {first_line}")
+            self._load_error = ("import failed", f"import torch_npu failed: {first_line}")
             return self._load_error
         self._loaded = True
         return "ok", ""
@@ -92,7 +92,7 @@ class NpuKind(AcceleratorKind):
         if not self.module.is_available() or self.module.device_count() == 0:
             shown = os.environ.get(self.visible_devices_env)
             return False, (
-                f"--device npu: torch_npu loaded but no NPU is usable "
+                f"torch_npu loaded but no NPU is usable "
                 f"({self.visible_devices_env}={shown!r}); check `npu-smi info` and that no "
                 "stale process holds the devices")
         return True, ""

@@ -124,9 +124,12 @@ for _func in (is_available, device_count, set_device, current_device, synchroniz
 npu.CALLS = CALLS
 
 
-def _new_process_group_hccl(*args, **kwargs):
-    """Stands in for the HCCL process-group creator; the tests never run collectives."""
-    raise RuntimeError("the simulated torch_npu cannot create HCCL process groups")
+def _new_process_group_hccl(options, backend_options):
+    """Stands in for the HCCL process-group creator: a gloo group underneath, which serves
+    the barrier a group's setup and teardown need (the tests run no NPU collectives)."""
+    CALLS.append(["new_hccl_group", options.group_size])
+    return torch.distributed.ProcessGroupGloo(options.store, options.group_rank,
+                                              options.group_size, options.timeout)
 
 
 torch.utils.rename_privateuse1_backend("npu")

@@ -2,7 +2,7 @@
 
 import math
 
-from devicekit.errors import UsageError
+from devicekit import UsageError
 
 
 def split_per_process(batch_size, workers, processes):

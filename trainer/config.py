@@ -2,7 +2,7 @@
 
 import yaml
 
-from devicekit.errors import UsageError
+from devicekit import UsageError
 
 
 def load_config(path, known_keys):

@@ -1,0 +1,111 @@
+"""This rank's device, in the manner of torch.accelerator and torch.cuda.
+
+Each function asks the process's device kind (cuda, npu or cpu) and, for "this rank",
+the launch context. On a GPU they do what the torch.cuda function of the same name
+does; on a CPU the device calls are no-ops and the allocator figures are 0.
+"""
+
+from typing import Optional
+
+import torch
+
+from devicekit import runtime
+
+_MEMORY_STATISTICS = ("memory_allocated", "max_memory_allocated", "memory_reserved",
+                      "max_memory_reserved")
+
+
+def device(index: Optional[int] = None) -> torch.device:
+    """This rank's torch.device (cuda:LOCAL_RANK, npu:i or cpu); with `index`, that
+    device of this node (a CPU has one, whatever the index)."""
+    kind = runtime.kind()
+    if index is not None:
+        return kind.device(int(index)) if kind.is_accelerator else kind.device()
+    return kind.device_for(runtime.context())
+
+
+def device_type() -> str:
+    """The device kind this process runs on: "cuda", "npu" or "cpu"."""
+    return runtime.kind().name
+
+
+def is_available() -> bool:
+    """Whether this process computes on an accelerator (a GPU or an NPU)."""
+    return runtime.kind().is_accelerator
+
+
+def device_count() -> int:
+    """How many devices of this process's kind it can see (1 on a CPU). For how many
+    ranks to start on a node, see default_ranks_per_node()."""
+    return runtime.kind().device_count()
+
+
+def default_ranks_per_node() -> int:
+    """How many ranks launch() (and launch/run_8p.sh) start on a node when not told: one
+    per device; on a CPU, 2 (or 1 on a single core)."""
+    return runtime.kind().default_ranks_per_node()
+
+
+def backend() -> str:
+    """The collective backend of this process's device: "nccl", "hccl" or "gloo"."""
+    return runtime.kind().backend
+
+
+def pin_memory() -> bool:
+    """Whether DataLoader should pin host memory (True when copying to an accelerator)."""
+    return runtime.kind().pin_memory
+
+
+def set_device(index: int):
+    """Make device `index` of this node the current one (no-op on a CPU)."""
+    runtime.kind().set_device(int(index))
+
+
+def current_device() -> int:
+    """The index of the current device (0 on a CPU)."""
+    return runtime.kind().current_device()
+
+
+def synchronize():
+    """Wait until the current device has finished all queued work."""
+    runtime.kind().synchronize()
+
+
+def manual_seed(seed: int):
+    """Seed the random generator of the current device (on a CPU: the CPU's)."""
+    runtime.kind().manual_seed(seed)
+
+
+def manual_seed_all(seed: int):
+    """Seed the random generators of every device of this kind (on a CPU: the CPU's)."""
+    runtime.kind().manual_seed_all(seed)
+
+
+def empty_cache():
+    """Release cached, unused device memory to the device (no-op on a CPU)."""
+    runtime.kind().empty_cache()
+
+
+def memory_allocated() -> int:
+    """Bytes held by tensors on the current device (0 on a CPU)."""
+    return runtime.kind().memory("memory_allocated")
+
+
+def max_memory_allocated() -> int:
+    """Peak of memory_allocated() since start or reset_peak_memory_stats() (0 on a CPU)."""
+    return runtime.kind().memory("max_memory_allocated")
+
+
+def memory_reserved() -> int:
+    """Bytes the device's caching allocator holds (0 on a CPU)."""
+    return runtime.kind().memory("memory_reserved")
+
+
+def max_memory_reserved() -> int:
+    """Peak of memory_reserved() (0 on a CPU)."""
+    return runtime.kind().memory("max_memory_reserved")
+
+
+def reset_peak_memory_stats():
+    """Start the max_memory_* figures afresh (no-op on a CPU)."""
+    runtime.kind().reset_peak_memory_stats()

@@ -1,0 +1,142 @@
+"""A tiny GPT pretraining loop in the nanoGPT style, for CUDA GPUs under torchrun.
+
+The CUDA-only original of examples/gpt_pretrain.py: warmup + cosine learning rate,
+gradient accumulation with DDP's no_sync, gradient clipping, mixed precision with a
+GradScaler, and a checkpoint every few iterations that --resume continues from.
+"""
+
+import argparse
+import hashlib
+import math
+import os
+
+import torch
+import torch.nn as nn
+from torch.distributed import destroy_process_group, init_process_group
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+VOCAB, BLOCK = 32, 16
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        mask = torch.triu(torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device), 1)
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, dim=32, heads=2, layers=2):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, dim)
+        self.pos = nn.Parameter(torch.zeros(1, BLOCK, dim))
+        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(layers)])
+        self.head = nn.Linear(dim, VOCAB)
+
+    def forward(self, idx, targets):
+        x = self.blocks(self.tok(idx) + self.pos[:, :idx.size(1)])
+        logits = self.head(x)
+        return nn.functional.cross_entropy(logits.float().view(-1, VOCAB), targets.view(-1))
+
+
+def corpus(length=20_000, seed=0):
+    """A token stream with structure to learn: a noisy counter modulo VOCAB."""
+    g = torch.Generator().manual_seed(seed)
+    steps = 1 + (torch.rand(length, generator=g) < 0.1).long()
+    return torch.cumsum(steps, 0) % VOCAB
+
+
+def get_batch(data, it, micro, rank, world_size, batch_size, accum):
+    """This rank's rows of micro-batch `micro` of iteration `it`: the global batch at every
+    iteration is the same whatever the number of ranks."""
+    rows = batch_size * world_size
+    g = torch.Generator().manual_seed(it * accum + micro)
+    starts = torch.randint(len(data) - BLOCK - 1, (rows,), generator=g)[rank::world_size]
+    x = torch.stack([data[s:s + BLOCK] for s in starts])
+    y = torch.stack([data[s + 1:s + 1 + BLOCK] for s in starts])
+    return x, y
+
+
+def get_lr(it, args):
+    if it < args.warmup:
+        return args.lr * (it + 1) / args.warmup
+    progress = (it - args.warmup) / max(1, args.iters - args.warmup)
+    return args.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (args.lr - args.min_lr)
+
+
+def weights_digest(model):
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iters", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=8, help="per process and micro-step")
+    parser.add_argument("--accum", type=int, default=2, help="gradient accumulation steps")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--min-lr", type=float, default=3e-4)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--clip", type=float, default=1.0)
+    parser.add_argument("--no-amp", action="store_true")
+    parser.add_argument("--save-every", type=int, default=20)
+    parser.add_argument("--out", default="gpt_ckpt.pt")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+
+    init_process_group(backend="nccl")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    device = f"cuda:{local_rank}"
+    torch.cuda.set_device(device)
+    torch.manual_seed(1337)
+    torch.backends.cuda.matmul.allow_tf32 = True
+
+    model = TinyGPT().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    scaler = torch.cuda.amp.GradScaler(enabled=not args.no_amp)
+    start = 0
+    if args.resume and os.path.exists(args.out):
+        checkpoint = torch.load(args.out, map_location=device)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        start = checkpoint["iter"]
+    model = DDP(model, device_ids=[local_rank])
+
+    data = corpus()
+    for it in range(start, args.iters):
+        for group in optimizer.param_groups:
+            group["lr"] = get_lr(it, args)
+        for micro in range(args.accum):
+            x, y = get_batch(data, it, micro, rank, world_size, args.batch_size, args.accum)
+            x, y = x.to(device), y.to(device)
+            model.require_backward_grad_sync = micro == args.accum - 1
+            with torch.cuda.amp.autocast(enabled=not args.no_amp, dtype=torch.float16):
+                loss = model(x, y) / args.accum
+            scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if rank == 0 and it % 10 == 0:
+            print(f"iter {it} loss {loss.item() * args.accum:.4f} lr {get_lr(it, args):.2e}")
+        if rank == 0 and (it + 1) % args.save_every == 0:
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scaler": scaler.state_dict(), "iter": it + 1}, args.out)
+    print(f"rank {rank}/{world_size} done: weights {weights_digest(model.module)}")
+    destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

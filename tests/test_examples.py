@@ -1,0 +1,163 @@
+"""The scripts in examples/ -- user scripts in four common styles, ported to devicekit's
+flat API -- run unchanged under every launcher.
+
+Each runs with 1 and 2 ranks as `python script.py`, under torchrun,
+`torch.distributed.launch`, `launch/run_8p.sh` and Ascend's RANK_ID/RANK_SIZE loop, with
+no branch in the script: every run finishes, every rank ends with the same weights,
+and where the math allows (no batch norm, fp32) 2 ranks x B/2 end where 1 rank x B does.
+A rank that raises makes every launcher exit non-zero within seconds, nothing left
+running. Children run under tests/processes.py: own session, output in files, a timeout
+on every wait.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import clean_environ
+from devicekit.launch import find_free_port
+from processes import Processes, describe
+
+REPO = Path(__file__).resolve().parents[1]
+FAULT_DIR = Path(__file__).resolve().parent / "fault_injection"
+PY = sys.executable
+RUN_TIMEOUT_S = 240
+FAIL_BOUND_S = 60  # from start to every launcher's exit when rank 1 raises at its 2nd step
+
+pytestmark = pytest.mark.slow
+
+# Each example with short arguments; {batch} is the per-process batch, {out} the checkpoint.
+EXAMPLES = {
+    "spawn_config": ["--epochs", "1", "--batch-size", "{batch}", "--out", "{out}"],
+    "launch_local_rank": ["--steps", "12", "--batch-size", "{batch}", "--out", "{out}"],
+    "gpt_pretrain": ["--iters", "8", "--batch-size", "{batch}", "--save-every", "4",
+                     "--no-amp", "--out", "{out}"],
+    "finetune_sampler": ["--epochs", "1", "--batch-size", "{batch}", "--out", "{out}"],
+}
+GLOBAL_BATCH = {"spawn_config": 16, "launch_local_rank": 32, "gpt_pretrain": 8,
+                "finetune_sampler": 32}
+# Without batch norm, in fp32, the data-parallel sum is the single-process one, up to the
+# order of float additions: (rtol, atol) per example. AdamW turns that rounding noise on
+# gradients that are zero in exact arithmetic (attention's key bias) into steps of the
+# learning rate's size, so the GPT's weights agree to 1e-3, not 1e-5.
+EQUIVALENT = {"spawn_config": (1e-4, 1e-5), "launch_local_rank": (1e-4, 1e-5),
+              "gpt_pretrain": (1e-3, 1e-3)}
+LAUNCHERS = ["python", "torchrun", "launch", "run_8p", "ascend"]
+DONE = re.compile(r"^rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
+
+
+def env(**extra):
+    """A launcher-free environment: cpu forced, one thread per rank (2 cores), plus `extra`."""
+    base = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
+    for name in ("NPROC_PER_NODE", "LOG_DIR", "SCRIPT", "PYTHON", "FAULT_KIND"):
+        base.pop(name, None)
+    base.update({name: str(value) for name, value in extra.items()})
+    return base
+
+
+def start(procs, launcher, script, args, nproc, tmp_path, **extra):
+    """Start `script` with `args` the way `launcher` does with `nproc` ranks; the processes."""
+    script = str(REPO / "examples" / f"{script}.py")
+    if launcher == "python":
+        return [procs.start("run", [PY, script, *args], env(DEVICEKIT_NPROC_PER_NODE=nproc,
+                                                           **extra))]
+    if launcher == "torchrun":
+        return [procs.start("run", [PY, "-m", "torch.distributed.run", "--standalone",
+                                    "--nproc-per-node", str(nproc), script, *args], env(**extra))]
+    if launcher == "launch":  # appends --local-rank=N to each rank's arguments
+        return [procs.start("run", [PY, "-m", "torch.distributed.launch", "--nproc_per_node",
+                                    str(nproc), "--master_port", str(find_free_port()), script,
+                                    *args], env(**extra))]
+    if launcher == "run_8p":
+        return [procs.start("run", ["bash", str(REPO / "launch" / "run_8p.sh"), *args],
+                            env(SCRIPT=script, NPROC_PER_NODE=nproc,
+                                LOG_DIR=tmp_path / "logs", **extra))]
+    assert launcher == "ascend", launcher
+    port = find_free_port()
+    return [procs.start(f"rank{i}", [PY, script, *args],
+                        env(RANK_ID=i, RANK_SIZE=nproc, MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=port, **extra))
+            for i in range(nproc)]
+
+
+def done_lines(results, tmp_path, launcher):
+    """{rank: (world size, weights)} from every rank's last line."""
+    text = "".join(r.stdout + r.stderr for r in results)
+    if launcher == "run_8p":  # ranks other than 0 write only to their log
+        text += "".join(p.read_text() for p in (tmp_path / "logs").glob("rank_*.log"))
+    return {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in DONE.finditer(text)}
+
+
+def run_example(name, launcher, nproc, tmp_path, batch=None):
+    """Run example `name` to its end; return (its checkpoint, {rank: (world, weights)})."""
+    batch = GLOBAL_BATCH[name] // nproc if batch is None else batch
+    out = tmp_path / f"{name}.pt"
+    args = [a.format(batch=batch, out=out) for a in EXAMPLES[name]]
+    with Processes(tmp_path / "processes") as procs:
+        started = start(procs, launcher, name, args, nproc, tmp_path)
+        results = procs.finish_all(started, RUN_TIMEOUT_S)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    ranks = done_lines(results, tmp_path, launcher)
+    assert sorted(ranks) == list(range(nproc)), describe(results)
+    assert {world for world, _ in ranks.values()} == {nproc}, ranks
+    assert len({weights for _, weights in ranks.values()}) == 1, (
+        f"ranks ended with different weights: {ranks}")
+    assert out.is_file(), f"{out} was not written\n" + describe(results)
+    return torch.load(out, weights_only=True), ranks
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_every_example_runs_under_every_launcher(name, launcher, nproc, tmp_path):
+    run_example(name, launcher, nproc, tmp_path)
+
+
+@pytest.mark.parametrize("name", EQUIVALENT)
+def test_two_ranks_with_half_the_batch_equal_one_rank(name, tmp_path):
+    one, _ = run_example(name, "python", 1, tmp_path / "one")
+    two, _ = run_example(name, "torchrun", 2, tmp_path / "two")
+    one, two = one["model"], two["model"]
+    assert one.keys() == two.keys()
+    rtol, atol = EQUIVALENT[name]
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=rtol, atol=atol,
+                                   msg=lambda m, key=key: f"{key}: {m}")
+
+
+def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path):
+    """8 iterations straight equal 4, a checkpoint, and a resumed run of the last 4."""
+    straight, _ = run_example("gpt_pretrain", "torchrun", 2, tmp_path / "straight")
+    out = tmp_path / "resumed" / "gpt_pretrain.pt"
+    out.parent.mkdir()
+    common = ["--batch-size", "4", "--save-every", "4", "--no-amp", "--out", str(out)]
+    with Processes(tmp_path / "resumed" / "processes") as procs:
+        first = start(procs, "python", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path)
+        assert procs.finish_all(first, RUN_TIMEOUT_S)[0].returncode == 0
+        second = start(procs, "torchrun", "gpt_pretrain", ["--iters", "8", "--resume", *common],
+                       2, tmp_path)
+        results = procs.finish_all(second, RUN_TIMEOUT_S)
+    assert results[0].returncode == 0, describe(results)
+    resumed = torch.load(out, weights_only=True)
+    assert resumed["iter"] == 8
+    for key, value in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][key], value, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_rank_that_raises_stops_every_launcher(launcher, tmp_path):
+    fault = {"FAULT_KIND": "raise", "FAULT_TARGET": "optimizer", "FAULT_RANK": 1,
+             "FAULT_AT_STEP": 2,
+             "PYTHONPATH": f"{FAULT_DIR}:{clean_environ()['PYTHONPATH']}"}
+    args = [a.format(batch=8, out=tmp_path / "x.pt") for a in EXAMPLES["spawn_config"]]
+    with Processes(tmp_path / "processes") as procs:
+        started = start(procs, launcher, "spawn_config", args, 2, tmp_path, **fault)
+        results = procs.finish_all(started, FAIL_BOUND_S)  # and nothing of the run outlives it
+    text = "".join(r.stderr for r in results)
+    if launcher == "run_8p":
+        text += (tmp_path / "logs" / "rank_1.log").read_text()
+    assert any(r.returncode != 0 for r in results), describe(results)
+    assert "RuntimeError: injected fault" in text, describe(results)

@@ -5,7 +5,7 @@ the launch context. On a GPU they do what the torch.cuda function of the same na
 does; on a CPU the device calls are no-ops and the allocator figures are 0.
 """
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -16,11 +16,16 @@ _MEMORY_STATISTICS = ("memory_allocated", "max_memory_allocated", "memory_reserv
 
 
 def device(index: Optional[int] = None) -> torch.device:
-    """This rank's torch.device (cuda:LOCAL_RANK, npu:i or cpu); with `index`, that
-    device of this node (a CPU has one, whatever the index)."""
+    """This rank's torch.device (cuda:LOCAL_RANK, npu:i or cpu): the current device once
+    one was bound (by init_distributed() or set_device()), as `tensor.cuda()` means on a
+    GPU; with `index`, that device of this node (a CPU has one, whatever the index)."""
     kind = runtime.kind()
+    if not kind.is_accelerator:
+        return kind.device()
     if index is not None:
-        return kind.device(int(index)) if kind.is_accelerator else kind.device()
+        return kind.device(int(index))
+    if runtime.device_bound():
+        return kind.device(kind.current_device())
     return kind.device_for(runtime.context())
 
 
@@ -56,9 +61,17 @@ def pin_memory() -> bool:
     return runtime.kind().pin_memory
 
 
-def set_device(index: int):
-    """Make device `index` of this node the current one (no-op on a CPU)."""
-    runtime.kind().set_device(int(index))
+def set_device(device: Union[int, str, torch.device]):
+    """Make a device of this node the current one: an index, "cuda:1", torch.device(...)
+    as torch.cuda.set_device takes (no-op on a CPU, whatever it is given)."""
+    kind = runtime.kind()
+    if not kind.is_accelerator:
+        return
+    if not isinstance(device, int):
+        device = torch.device(device)
+        device = kind.current_device() if device.index is None else device.index
+    kind.set_device(device)
+    runtime.bind_device()
 
 
 def current_device() -> int:

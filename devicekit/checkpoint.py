@@ -50,7 +50,7 @@ def portable(obj):
     return obj
 
 
-def save_checkpoint(path: str, obj: Any):
+def save_checkpoint(path: Union[str, os.PathLike], obj: Any):
     """Write `obj` to `path` from rank 0 (other ranks return at once), atomically: the
     file is always the old or the new checkpoint, never half of one.
 
@@ -60,15 +60,15 @@ def save_checkpoint(path: str, obj: Any):
     rank 0; to read it back on other ranks, call devicekit.barrier() first.
     """
     if runtime.context().rank == 0:
-        save_atomic(portable(obj), path)
+        save_atomic(portable(obj), os.fspath(path))
 
 
-def load_checkpoint(path: str, map_location: Union[str, torch.device, None] = None) -> Any:
+def load_checkpoint(path: Union[str, os.PathLike], map_location: Union[str, torch.device, None] = None) -> Any:
     """Load a checkpoint with weights_only=True (a file that would run code is refused)
     onto `map_location` (default: this rank's device), with `module.` prefixes stripped.
     A missing, truncated or unsafe file raises UsageError saying which and why."""
     location = runtime_device() if map_location is None else map_location
-    return portable(load(path, "checkpoint", map_location=location))
+    return portable(load(os.fspath(path), "checkpoint", map_location=location))
 
 
 def _fsync_dir(path):

@@ -5,6 +5,7 @@ with the kind's backend and a finite timeout -- at world size 1 too, so that
 DistributedSampler, `dist.get_rank()` and DDP behave as under any launcher.
 """
 
+import atexit
 import contextlib
 import datetime
 import os
@@ -93,6 +94,7 @@ def init_distributed(backend: Optional[str] = None, *, init_method: Optional[str
     runtime.settle_master(ctx)
     if kind.is_accelerator:
         kind.set_device(ctx.device_index)
+        runtime.bind_device()
     kind.configure_host_threads(ctx.local_world_size, os.environ)
     backend = resolve_backend(kind, backend, "--dist-backend" if options.cli else "backend")
     _join(ctx, kind, backend, timeout_s, timeout_label)
@@ -116,6 +118,10 @@ def _adopt_existing_group(kind):
 def _join(ctx, kind, backend, timeout_s, timeout_label):
     """Join the group `ctx` describes; setup failures users cause raise UsageError."""
     timeout = datetime.timedelta(seconds=timeout_s)
+    # A script that never leaves the group leaves at exit, while Python still runs (see
+    # destroy_process_group).
+    atexit.unregister(destroy_process_group)
+    atexit.register(destroy_process_group)
     if not ctx.distributed:
         # A group of one needs no network: an in-process store.
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1,
@@ -228,7 +234,13 @@ def _rank_zero_listens(ctx):
         client = dist.TCPStore(ctx.master_addr, ctx.master_port, is_master=False,
                                timeout=datetime.timedelta(seconds=PROBE_S),
                                wait_for_workers=False)
-        return client.check(["devicekit/claims/0"])
+        deadline = time.monotonic() + PROBE_S / 2
+        # The other rank 0 claims its rank a moment after it starts listening.
+        while not client.check(["devicekit/claims/0"]):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     try:
         done, claimed = _bounded(PROBE_S, ask)

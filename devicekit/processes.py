@@ -45,6 +45,7 @@ class RankFailed(SystemExit):
         return f"local rank {self.rank} {self.how}; the other ranks were stopped"
 
 
+@exit_on_usage_error
 def launch(fn: Callable, args: Sequence = (), nprocs: Optional[int] = None, *,
            device_type: Optional[str] = None, options: Optional[LaunchOptions] = None):
     """Run `fn(local_rank, *args)` once per rank of this node.
@@ -54,8 +55,9 @@ def launch(fn: Callable, args: Sequence = (), nprocs: Optional[int] = None, *,
     with the device's start method on MASTER_ADDR/MASTER_PORT (default: loopback and a
     free port); with one, `fn` runs here. Inside `fn`, `devicekit.init_distributed()`
     joins the run. When a rank fails, the others are stopped and RankFailed is raised
-    (SIGINT, SIGTERM or SIGHUP to this process stop every rank too). `options` carry a
-    trainer's launch flags (node count and rank, master, device list).
+    (SIGINT, SIGTERM or SIGHUP to this process stop every rank too). A usage mistake
+    (devicekit.UsageError, here or in a rank) is one line on stderr and exit code 2.
+    `options` carry a trainer's launch flags (node count and rank, master, device list).
     """
     options = options or LaunchOptions()
     kind = runtime.kind(device_type, source="--device" if options.cli else "device_type")
@@ -118,7 +120,7 @@ def _run_here(fn, args, ctx):
         destroy_process_group()
 
 
-def _child(index, fn, args, parent, kind_name):
+def _child(index, fn, args, parent, kind_name, failed_at):
     # Die with the parent, whatever kills it: a rank must never outlive its run.
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -131,7 +133,17 @@ def _child(index, fn, args, parent, kind_name):
     ctx = parent.for_spawned_rank(index)
     runtime.adopt(runtime.kind(kind_name), ctx)
     os.environ.update(_rank_environ(ctx))
-    exit_on_usage_error(_run_here)(fn, args, ctx)
+
+    def timed(*fn_args):
+        try:
+            return fn(*fn_args)
+        except BaseException as error:
+            # When it failed, before leaving the group makes the other ranks fail too.
+            if not (isinstance(error, SystemExit) and error.code in (0, None)):
+                failed_at[index] = time.time()
+            raise
+
+    exit_on_usage_error(_run_here)(timed, args, ctx)
 
 
 def _rank_environ(ctx: LaunchContext):
@@ -144,7 +156,9 @@ def _rank_environ(ctx: LaunchContext):
 
 def _supervise(fn, args, parent, kind):
     context = mp.get_context(kind.start_method)
-    procs = [context.Process(target=_child, args=(i, fn, args, parent, kind.name), daemon=False)
+    failed_at = context.Array("d", parent.local_world_size, lock=False)
+    procs = [context.Process(target=_child, args=(i, fn, args, parent, kind.name, failed_at),
+                             daemon=False)
              for i in range(parent.local_world_size)]
     previous = {}
 
@@ -166,14 +180,25 @@ def _supervise(fn, args, parent, kind):
             for sentinel in multiprocessing.connection.wait(list(running)):
                 index = running.pop(sentinel)
                 procs[index].join()
-                code = procs[index].exitcode
-                if code != 0:
+                if procs[index].exitcode != 0:
+                    first = _first_failure(procs, failed_at)
+                    procs[first].join(STOP_GRACE_S)  # its traceback, its own exit code
                     _stop(procs)
-                    raise _failure(index, code)
+                    raise _failure(first, procs[first].exitcode)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _stop(procs)
+
+
+def _first_failure(procs, failed_at):
+    """The rank whose failure came first among those that failed so far: a rank killed by
+    a signal (it had no time to say), else the earliest one (the others typically failed
+    because it left the collective)."""
+    failed = [i for i, proc in enumerate(procs)
+              if proc.exitcode not in (None, 0) or failed_at[i]]
+    killed = [i for i in failed if (procs[i].exitcode or 0) < 0 and not failed_at[i]]
+    return killed[0] if killed else min(failed, key=lambda i: failed_at[i] or float("inf"))
 
 
 def _failure(index, code):

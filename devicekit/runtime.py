@@ -22,6 +22,7 @@ _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 _kind: Optional[DeviceKind] = None
 _context: Optional[LaunchContext] = None
+_device_bound = False
 
 
 def _initial_environ():
@@ -61,8 +62,19 @@ def kind(device_type: Optional[str] = None, source: str = "device_type") -> Devi
 
 def adopt(new_kind: DeviceKind, ctx: LaunchContext):
     """Fix this process's kind and context (launch() does, before it calls the function)."""
-    global _kind, _context
-    _kind, _context = new_kind, ctx
+    global _kind, _context, _device_bound
+    _kind, _context, _device_bound = new_kind, ctx, False
+
+
+def bind_device():
+    """Note that this process has chosen its current device (set_device, init_distributed)."""
+    global _device_bound
+    _device_bound = True
+
+
+def device_bound() -> bool:
+    """Whether this process has chosen its current device."""
+    return _device_bound
 
 
 def has_context() -> bool:

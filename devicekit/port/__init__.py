@@ -1,0 +1,15 @@
+"""`devicekit port`: rewrite CUDA-only PyTorch scripts onto devicekit's API.
+
+Built on libcst's concrete syntax tree, so comments, formatting and all untouched code
+stay byte-for-byte the same. `port_source(bytes)` ports one file's source in memory;
+`cli.main(argv)` is the command. Nothing here imports torch.
+
+- names.py: what maps onto devicekit, what is reported for a manual change, what is kept
+- facts.py: a first pass (which names hold ranks, which device counts size an mp.spawn)
+- rules.py: the rewrites; imports.py: `import devicekit` added, orphaned imports removed
+- engine.py: parse, port, report one file; report.py: JSON and human summaries
+"""
+
+from devicekit.port.engine import ParseFailure, port_source
+
+__all__ = ["ParseFailure", "port_source"]

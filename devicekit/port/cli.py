@@ -1,0 +1,180 @@
+"""`devicekit port PATH...`: print, write or check the ported form of CUDA-only scripts.
+
+Every input is read and parsed before anything is written: a path that does not exist or
+a file that does not parse is named on one line of stderr, nothing is written, and the
+exit code is 2. Otherwise the exit code is 1 when something needs a change by hand (and
+for --check, when anything would change), else 0.
+"""
+
+import argparse
+import difflib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from devicekit.port.engine import ParseFailure, parse, port_module
+from devicekit.port.report import FileReport, human, to_json
+
+_SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
+
+
+class BadInput(Exception):
+    """Input that cannot be ported (the message names it, on one line)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devicekit port",
+        description="Rewrite CUDA-only PyTorch scripts onto devicekit, so that they run on "
+                    "NVIDIA GPUs, Ascend NPUs and CPUs. Prints a unified diff and a summary "
+                    "unless told to write.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".py files or folders of them")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the files in place")
+    mode.add_argument("--out", metavar="DIR",
+                      help="write ported copies of every file under DIR, keeping the layout")
+    mode.add_argument("--check", action="store_true",
+                      help="change nothing; exit 1 when CUDA-only code remains")
+    parser.add_argument("--report", metavar="FILE.json", help="also write a JSON report")
+    return parser
+
+
+def _python_files(root: Path) -> List[Path]:
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
+                         and not (Path(folder, d) / "pyvenv.cfg").exists())
+        found += [Path(folder, f) for f in sorted(files) if f.endswith(".py")]
+    return found
+
+
+def collect(paths: Sequence[str]) -> List[Tuple[Path, Path]]:
+    """(file, the root it was found under) for every .py file the paths name."""
+    found, seen = [], set()
+    for text in paths:
+        path = Path(text)
+        if not path.exists():
+            raise BadInput(f"{text}: no such file or directory")
+        if path.is_dir():
+            files = _python_files(path)
+            if not files:
+                raise BadInput(f"{text}: no .py files in this folder")
+            root = path
+        else:
+            files, root = [path], path.parent
+        for file in files:
+            if file.resolve() not in seen:
+                seen.add(file.resolve())
+                found.append((file, root))
+    return found
+
+
+def _read_all(files: List[Tuple[Path, Path]]):
+    """[(file, root, original bytes, parsed module)] or BadInput for the first that fails."""
+    parsed = []
+    for file, root in files:
+        try:
+            source = file.read_bytes()
+        except OSError as error:
+            raise BadInput(f"{file}: cannot be read: {error.strerror}") from None
+        try:
+            parsed.append((file, root, source, parse(source)))
+        except ParseFailure as failure:
+            raise BadInput(f"{file}: {failure}") from None
+    return parsed
+
+
+def _destinations(files, out: Optional[str]) -> Dict[Path, Path]:
+    """Where --out writes each file: DIR/<its path below the common root of the inputs>."""
+    if out is None:
+        return {}
+    target = Path(out)
+    if target.exists() and not target.is_dir():
+        raise BadInput(f"{out}: --out must be a folder")
+    base = Path(os.path.commonpath([str(root.resolve()) for _, root, _, _ in files]))
+    destinations = {file: target / file.resolve().relative_to(base) for file, _, _, _ in files}
+    sources = {file.resolve() for file, _, _, _ in files}
+    for destination in destinations.values():
+        if destination.resolve() in sources:
+            raise BadInput(f"{destination}: --out would overwrite an input (use --write)")
+    return destinations
+
+
+def _write(path: Path, data: bytes, like: Optional[Path] = None) -> None:
+    """Write `data` to `path` atomically (mode copied from `like`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        if like is not None:
+            os.chmod(temporary, like.stat().st_mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _diff(path: str, before: bytes, after: bytes, encoding: str) -> str:
+    old = before.decode(encoding, errors="replace").splitlines(keepends=True)
+    new = after.decode(encoding, errors="replace").splitlines(keepends=True)
+    lines = list(difflib.unified_diff(old, new, fromfile=path, tofile=path))
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)
+
+
+class _Ported(NamedTuple):
+    file: Path
+    source: bytes
+    data: bytes  # the ported bytes (the source itself when nothing changed)
+    encoding: str
+    report: FileReport
+
+
+def _exit_code(reports: List[FileReport], check: bool) -> int:
+    """1 when something needs a hand (for --check: or would change), else 0."""
+    return 1 if any(r.manual or (check and r.changes) for r in reports) else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Port what `args` names; the exit code. Everything is read, parsed and ported in
+    memory before the first byte is written."""
+    files = _read_all(collect(args.paths))
+    if args.report and Path(args.report).is_dir():
+        raise BadInput(f"{args.report}: --report must name a file")
+    destinations = _destinations(files, args.out)
+    results = []
+    for file, _, source, module in files:
+        tree, report = port_module(module, str(file))
+        results.append(_Ported(file, source, tree.bytes if report.changes else source,
+                               module.encoding, report))
+    reports = [r.report for r in results]
+    code = _exit_code(reports, args.check)
+    for item in results:
+        if args.write and item.report.changes:
+            _write(item.file, item.data, like=item.file)
+            item.report.output = str(item.file)
+        elif args.out:
+            _write(destinations[item.file], item.data, like=item.file)
+            item.report.output = str(destinations[item.file])
+        elif not (args.write or args.check) and item.report.changes:
+            sys.stdout.write(_diff(str(item.file), item.source, item.data, item.encoding))
+    if args.report:
+        mode = "check" if args.check else "write" if args.write else "out" if args.out else "diff"
+        _write(Path(args.report), (json.dumps(to_json(reports, mode, code), indent=2)
+                                   + "\n").encode())
+    print(human(reports, pending=args.check))
+    return code
+
+
+def main(argv: List[str]) -> int:
+    """`devicekit port` with `argv` (the arguments after "port"); the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except BadInput as error:
+        print(f"devicekit port: error: {error}", file=sys.stderr)
+        return 2

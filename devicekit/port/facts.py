@@ -1,0 +1,159 @@
+"""What a first pass over a script learns before anything is rewritten.
+
+- Which names hold a rank or device index (so `x.to(gpu_id)` can be ported): by name
+  (local_rank, gpu, device_id, ...), by what was assigned (`int(os.environ["LOCAL_RANK"])`,
+  `dist.get_rank()`), and the first parameter of an `mp.spawn` target. Names assigned a
+  torch.device or a string are never taken for integers.
+- Which `torch.cuda.device_count()` calls size an `mp.spawn` (`nprocs=world_size` with
+  `world_size = torch.cuda.device_count()`): they become `devicekit.default_ranks_per_node()`,
+  the number of ranks `devicekit.launch()` starts (one per device on a GPU, as before).
+
+Names are matched across the whole module, not per scope: a script that reuses one name
+for a rank and for a device object is left alone rather than guessed at.
+"""
+
+from collections import defaultdict
+from typing import Dict, List, Optional, Set
+
+import libcst as cst
+from libcst.metadata import QualifiedNameProvider
+
+from devicekit.port import names
+from devicekit.port.nodes import bound_args, string_value
+
+
+def _target_name(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+def _dest(call: cst.Call) -> Optional[str]:
+    """The attribute an argparse add_argument call stores into."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dest":
+            return string_value(arg.value)
+    flags = [string_value(arg.value) for arg in call.args if arg.keyword is None]
+    longs = [f for f in flags if f and f.startswith("--")]
+    first = longs[0] if longs else (flags[0] if flags else None)
+    return first.lstrip("-").replace("-", "_") if first else None
+
+
+class Facts(cst.BatchableCSTVisitor):
+    """Collects assignments by name and the spawn calls of one module."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self):
+        super().__init__()
+        self.values: Dict[str, List[cst.BaseExpression]] = defaultdict(list)
+        self.kinds: Dict[str, Set[str]] = defaultdict(set)  # name -> {"device", "rank"}
+        self.rank_params: Set[str] = set()
+        self.spawn_counts: Set[int] = set()  # id() of device_count() calls sizing a spawn
+        self.flags: Set[str] = set()  # every option string given to add_argument
+        self._spawned: List[cst.Call] = []
+        self._functions: Dict[str, cst.FunctionDef] = {}
+
+    def qualified(self, node: cst.CSTNode) -> Set[str]:
+        """The qualified names `node` may refer to."""
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def _assigned(self, name: Optional[str], value: cst.BaseExpression) -> None:
+        if name:
+            self.values[name].append(value)
+            if self._is_device_object(value):
+                self.kinds[name].add("device")
+            if self._is_rank_source(value):
+                self.kinds[name].add("rank")
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._assigned(_target_name(target.target), node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned(_target_name(node.target), node.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.setdefault(node.name.value, node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+            dest = _dest(node)
+            self.flags.update(string_value(a.value) for a in node.args if a.keyword is None)
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value == "default":
+                    self._assigned(dest, arg.value)
+        if self.qualified(node.func) & (names.SPAWN | {"devicekit.launch"}):
+            self._spawned.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for call in self._spawned:
+            bound = bound_args(call, names.SPAWN_PARAMS)
+            fn = bound.get("fn")
+            if fn is not None and isinstance(fn.value, cst.Name):
+                target = self._functions.get(fn.value.value)
+                if target is not None and target.params.params:
+                    self.rank_params.add(target.params.params[0].name.value)
+            nprocs = bound.get("nprocs")
+            if nprocs is None:
+                continue
+            self._mark_counts(nprocs.value, depth=3)
+
+    def _mark_counts(self, node: cst.BaseExpression, depth: int) -> None:
+        """Note the device_count() calls `node` is, or names hold (following `a = b`)."""
+        if self._is_device_count(node):
+            self.spawn_counts.add(id(node))
+            return
+        name = _target_name(node)
+        if name is not None and depth > 0:
+            for value in self.values.get(name, []):
+                self._mark_counts(value, depth - 1)
+
+    def _is_device_count(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Call) and names.DEVICE_COUNT in self.qualified(node.func)
+
+    def _is_rank_source(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Integer):
+            return True
+        if not isinstance(node, cst.Call):
+            return False
+        if self.qualified(node.func) & names.RANK_SOURCES:
+            return True
+        # int(os.environ["LOCAL_RANK"]), int(os.environ.get("RANK", 0)), int(os.getenv(...))
+        if isinstance(node.func, cst.Name) and node.func.value == "int" and node.args:
+            inner = node.args[0].value
+            key = None
+            if isinstance(inner, cst.Subscript) and len(inner.slice) == 1:
+                index = inner.slice[0].slice
+                key = string_value(index.value) if isinstance(index, cst.Index) else None
+            elif isinstance(inner, cst.Call) and inner.args:
+                key = string_value(inner.args[0].value)
+            return key in names.RANK_VARIABLES
+        return False
+
+    def holds_rank(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` (an int literal, a name or an attribute) holds a rank or a device
+        index rather than a device, a dtype or a tensor."""
+        if isinstance(node, cst.Integer):
+            return True
+        name = _target_name(node)
+        if name is None or "device" in self.kinds.get(name, ()):
+            return False
+        return (names.is_rank_like(name) or name in self.rank_params
+                or "rank" in self.kinds.get(name, ()))
+
+    def holds_device(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` is a name assigned a torch.device or a device string."""
+        name = _target_name(node)
+        return name is not None and "device" in self.kinds.get(name, ())
+
+    def _is_device_object(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.IfExp):
+            return self._is_device_object(node.body) or self._is_device_object(node.orelse)
+        if isinstance(node, (cst.SimpleString, cst.FormattedString)):
+            return True
+        return isinstance(node, cst.Call) and bool(
+            self.qualified(node.func) & {"torch.device", "devicekit.device"})

@@ -1,0 +1,146 @@
+"""Imports after porting: `import devicekit` added once, where a reader expects it, and
+torch submodule imports the rewrites left unused (`from torch.cuda.amp import autocast`)
+removed. `import torch` itself is never removed."""
+
+from typing import Dict, List, Set
+
+import libcst as cst
+from libcst.metadata import GlobalScope, MetadataWrapper, ScopeProvider
+
+
+def _bound_name(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None:
+        return alias.asname.name.value
+    return cst.Module(body=[]).code_for_node(alias.name).split(".")[0]
+
+
+def _module_of(statement: cst.BaseSmallStatement) -> str:
+    if isinstance(statement, cst.ImportFrom):
+        return "" if statement.module is None or statement.relative else \
+            cst.Module(body=[]).code_for_node(statement.module)
+    return ""
+
+
+def import_uses(module: cst.Module) -> Dict[str, int]:
+    """{name bound by a top-level `from torch.X import ...` or `import torch.X as Y`:
+    how many times the module reads it}."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    scopes = wrapper.resolve(ScopeProvider)
+    global_scope = next(s for s in scopes.values() if isinstance(s, GlobalScope))
+    uses: Dict[str, int] = {}
+    for statement in _import_statements(wrapper.module):
+        for alias in statement.names if not isinstance(statement.names, cst.ImportStar) else []:
+            name = _bound_name(alias)
+            if name != "torch" and _is_torch_submodule(statement, alias):
+                uses[name] = sum(len(a.references) for a in global_scope[name])
+    return uses
+
+
+def _is_torch_submodule(statement, alias) -> bool:
+    if isinstance(statement, cst.ImportFrom):
+        return _module_of(statement).startswith("torch.") or _module_of(statement) == "torch"
+    return alias.asname is not None and \
+        cst.Module(body=[]).code_for_node(alias.name).startswith("torch.")
+
+
+def _import_statements(module: cst.Module) -> List[cst.BaseSmallStatement]:
+    return [small for line in module.body if isinstance(line, cst.SimpleStatementLine)
+            for small in line.body if isinstance(small, (cst.Import, cst.ImportFrom))]
+
+
+class _DropAliases(cst.CSTTransformer):
+    def __init__(self, unused: Set[str]):
+        super().__init__()
+        self.unused = unused
+
+    def _keep(self, updated):
+        if isinstance(updated.names, cst.ImportStar):
+            return updated
+        kept = [a for a in updated.names if _bound_name(a) not in self.unused]
+        if len(kept) == len(updated.names):
+            return updated
+        if not kept:
+            return cst.RemoveFromParent()
+        kept[-1] = kept[-1].with_changes(comma=updated.names[-1].comma)
+        return updated.with_changes(names=kept)
+
+    def leave_Import(self, original_node, updated_node):
+        return self._keep(updated_node)
+
+    def leave_ImportFrom(self, original_node, updated_node):
+        return self._keep(updated_node)
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False  # top-level imports only
+
+    def visit_ClassDef(self, node) -> bool:
+        return False
+
+
+def drop_unused(module: cst.Module, before: Dict[str, int]) -> cst.Module:
+    """`module` without the torch submodule imports that were read before porting
+    (`before`, from import_uses) and are read no more."""
+    after = import_uses(module)
+    unused = {name for name, count in after.items() if count == 0 and before.get(name, 0) > 0}
+    return module.visit(_DropAliases(unused)) if unused else module
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
+        isinstance(statement.body[0], cst.Expr) and \
+        isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+def _only_imports(statement: cst.CSTNode) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
+    if isinstance(statement, (cst.Try, cst.If)):  # try: import x / except ImportError: ...
+        blocks = [statement.body] + [h.body for h in getattr(statement, "handlers", ())]
+        return all(isinstance(line, cst.SimpleStatementLine) and
+                   all(isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass, cst.Assign))
+                       for s in line.body)
+                   for block in blocks for line in block.body)
+    return False
+
+
+def _binds_devicekit(module: cst.Module) -> bool:
+    for statement in _import_statements(module):
+        if isinstance(statement, cst.Import) and any(
+                _bound_name(a) == "devicekit" for a in statement.names):
+            return True
+    return False
+
+
+class _FindDevicekit(cst.CSTVisitor):
+    def __init__(self):
+        super().__init__()
+        self.found = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found = self.found or node.value == "devicekit"
+
+
+def _mentions_devicekit(statement: cst.CSTNode) -> bool:
+    finder = _FindDevicekit()
+    statement.visit(finder)
+    return finder.found
+
+
+def add_devicekit(module: cst.Module) -> cst.Module:
+    """`module` with `import devicekit` after the last import at the top of the file
+    (after the docstring and any `from __future__` import when there is none)."""
+    if _binds_devicekit(module):
+        return module
+    body = list(module.body)
+    position = 1 if body and _is_docstring(body[0]) else 0
+    for index in range(position, len(body)):
+        if _mentions_devicekit(body[index]):
+            break  # before its first use, whatever follows
+        if _only_imports(body[index]):
+            position = index + 1
+        elif not isinstance(body[index], cst.SimpleStatementLine):
+            break  # the first def, class or block ends the top of the file
+    line = cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(
+        name=cst.Name("devicekit"))])])
+    body.insert(position, line)
+    return module.with_changes(body=body)

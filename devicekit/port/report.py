@@ -1,0 +1,96 @@
+"""What `devicekit port` found in each file, as JSON and as a human summary."""
+
+import dataclasses
+from collections import Counter
+from typing import Dict, List, Optional
+
+
+@dataclasses.dataclass
+class Change:
+    """One rewrite: the source before and after (the outermost rewritten expression or
+    statement); `rules` also names the rewrites nested inside it."""
+
+    line: int
+    rule: str
+    before: str
+    after: str
+    rules: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Manual:
+    """A construct left alone: it needs a change by hand."""
+
+    line: int
+    construct: str
+    why: str
+    fix: str
+
+
+@dataclasses.dataclass
+class Info:
+    """A construct kept on purpose, reported for the reader."""
+
+    line: int
+    construct: str
+    note: str
+
+
+@dataclasses.dataclass
+class FileReport:
+    """The outcome for one file."""
+
+    path: str
+    changes: List[Change] = dataclasses.field(default_factory=list)
+    manual: List[Manual] = dataclasses.field(default_factory=list)
+    info: List[Info] = dataclasses.field(default_factory=list)
+    output: Optional[str] = None
+
+    def to_json(self) -> dict:
+        """This file's entry in the JSON report."""
+        return {"path": self.path, "output": self.output, "changed": bool(self.changes),
+                "changes": [dataclasses.asdict(c) for c in self.changes],
+                "manual": [dataclasses.asdict(m) for m in self.manual],
+                "info": [dataclasses.asdict(i) for i in self.info]}
+
+
+def summary(files: List[FileReport]) -> Dict[str, object]:
+    """Counts over every file: files, changed files, changes, manual and info items, and
+    rewrites per rule (nested ones included)."""
+    by_rule = Counter(rule for f in files for c in f.changes for rule in c.rules)
+    return {"files": len(files), "files_changed": sum(bool(f.changes) for f in files),
+            "changes": sum(len(f.changes) for f in files),
+            "manual": sum(len(f.manual) for f in files),
+            "info": sum(len(f.info) for f in files), "by_rule": dict(sorted(by_rule.items()))}
+
+
+def to_json(files: List[FileReport], mode: str, exit_code: int) -> dict:
+    """The machine-readable report (`--report FILE.json`)."""
+    counts = summary(files)
+    counts["exit_code"] = exit_code
+    return {"tool": "devicekit port", "version": 1, "mode": mode,
+            "files": [f.to_json() for f in files], "summary": counts}
+
+
+def _one_line(code: str) -> str:
+    return " ".join(code.split())
+
+
+def human(files: List[FileReport], pending: bool) -> str:
+    """The summary printed after the diff: manual items (file:line, construct, why, fix),
+    kept constructs, then the counts. `pending` lists every change too (for --check)."""
+    lines = []
+    for f in files:
+        if pending:
+            lines += [f"{f.path}:{c.line}: {c.rule}: {_one_line(c.before)} -> "
+                      f"{_one_line(c.after)}" for c in f.changes]
+        for m in f.manual:
+            lines.append(f"{f.path}:{m.line}: manual: {m.construct}: {m.why}. Fix: {m.fix}")
+        for i in f.info:
+            lines.append(f"{f.path}:{i.line}: kept: {i.construct}: {i.note}")
+    counts = summary(files)
+    verb = "to change" if pending else "changed"
+    lines.append(f"devicekit port: {counts['files']} file(s), {counts['files_changed']} "
+                 f"{verb}, {counts['changes']} change(s), {counts['manual']} manual item(s), "
+                 f"{counts['info']} kept as harmless")
+    return "\n".join(lines)

@@ -1,0 +1,270 @@
+"""devicekit's flat API as a user script meets it.
+
+In-process tests cover what needs no second process (the device functions on a CPU,
+unwrap/no_sync, checkpoints, AMP defaults); the rest start real processes with
+tests/processes.py (own session, output in files, a timeout on every wait): a script's
+own mp.spawn, launch() failing and supervising, threads per rank, a hard-coded
+MASTER_PORT under torchrun, and two processes that claim one rank.
+"""
+
+import os
+import re
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import devicekit
+from conftest import clean_environ
+from devicekit import runtime
+from devicekit.launch import find_free_port
+from processes import Processes, describe
+
+PY = sys.executable
+TIMEOUT_S = 120
+
+
+def script(tmp_path, body, name="script.py"):
+    """A user script in `tmp_path` with `body` (dedented); its path."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def env(**extra):
+    base = clean_environ(DEVICEKIT_DEVICE="cpu", PYTHONUNBUFFERED=1)
+    base.pop("OMP_NUM_THREADS", None)
+    base.update({name: str(value) for name, value in extra.items()})
+    return base
+
+
+def run(tmp_path, argv, timeout=TIMEOUT_S, **extra):
+    with Processes(tmp_path / "processes") as procs:
+        return procs.finish_all([procs.start("run", argv, env(**extra))], timeout)[0]
+
+
+# -- in one process ---------------------------------------------------------------------------
+
+def test_device_functions_on_a_cpu():
+    runtime.kind("cpu")
+    assert devicekit.device() == torch.device("cpu") and devicekit.device(3).type == "cpu"
+    assert devicekit.device_type() == "cpu" and devicekit.backend() == "gloo"
+    assert not devicekit.is_available() and not devicekit.pin_memory()
+    assert devicekit.device_count() == 1
+    assert devicekit.default_ranks_per_node() == min(2, len(os.sched_getaffinity(0)))
+    assert devicekit.current_device() == 0
+    assert devicekit.memory_allocated() == devicekit.max_memory_reserved() == 0
+    devicekit.set_device(0), devicekit.synchronize(), devicekit.empty_cache()
+    devicekit.reset_peak_memory_stats()
+    devicekit.manual_seed(7)
+    first = torch.rand(3)
+    devicekit.manual_seed_all(7)  # on a CPU the device generator is the CPU's
+    assert torch.equal(torch.rand(3), first)
+
+
+def test_before_init_a_plain_process_is_rank_0_of_1():
+    assert (devicekit.rank(), devicekit.world_size(), devicekit.local_rank()) == (0, 1, 0)
+    assert devicekit.is_main_process()
+
+
+def test_one_device_kind_per_process():
+    runtime.kind("cpu")
+    with pytest.raises(devicekit.UsageError, match="^device_type='gpu': this torch has no CUDA"):
+        runtime.kind("gpu")
+
+
+def test_wrap_ddp_needs_the_group_first():
+    with pytest.raises(devicekit.UsageError, match=r"call devicekit.init_distributed\(\) first"):
+        devicekit.wrap_ddp(torch.nn.Linear(2, 2))
+
+
+def test_world_size_1_behaves_like_any_launcher():
+    """DistributedSampler, dist.get_rank(), model.module and no_sync work with one rank."""
+    import torch.distributed as dist
+    from torch.utils.data import DistributedSampler
+
+    devicekit.init_distributed(device_type="cpu")
+    assert dist.get_rank() == 0 and len(DistributedSampler(range(10))) == 10
+    model = devicekit.wrap_ddp(torch.nn.Linear(4, 2))
+    assert isinstance(model.module, torch.nn.Linear)
+    with devicekit.no_sync(model):
+        model(torch.ones(3, 4)).sum().backward()
+    assert devicekit.unwrap(model) is model.module
+
+
+def test_no_sync_and_unwrap_on_plain_and_compiled_models():
+    plain = torch.nn.Linear(2, 2)
+    with devicekit.no_sync(plain):
+        pass
+    assert devicekit.unwrap(plain) is plain
+    assert devicekit.unwrap(torch.nn.DataParallel(plain)) is plain
+    assert devicekit.unwrap(torch.compile(plain)) is plain
+
+
+def test_checkpoints_are_portable(tmp_path):
+    runtime.kind("cpu")
+    model = torch.nn.DataParallel(torch.nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    path = tmp_path / "ckpt.pt"
+    devicekit.save_checkpoint(path, {"model": model, "optimizer": optimizer,
+                                     "scaler": devicekit.GradScaler(), "step": 3,
+                                     "old": {"module.weight": torch.zeros(1)}})
+    loaded = devicekit.load_checkpoint(path)
+    assert set(loaded["model"]) == {"weight", "bias"}  # no "module."
+    assert loaded["old"].keys() == {"weight"}
+    assert loaded["step"] == 3 and loaded["scaler"] == {}
+    fresh = torch.nn.Linear(3, 2)
+    fresh.load_state_dict(loaded["model"])
+    assert devicekit.fingerprint(fresh) == devicekit.fingerprint(model)
+    torch.optim.SGD(fresh.parameters(), 0.1, momentum=0.9).load_state_dict(loaded["optimizer"])
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "ckpt.pt"]  # no temporaries
+
+
+def test_load_checkpoint_refuses_code_in_one_line(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"model": Evil()}, path)
+    with pytest.raises(devicekit.UsageError, match=f"^checkpoint '{path}' holds objects other "
+                                                   "than tensors and plain values, which could "
+                                                   "run code when loaded; refusing it"):
+        devicekit.load_checkpoint(path)
+
+
+def test_autocast_and_grad_scaler_follow_the_device_default(monkeypatch):
+    cpu = runtime.kind("cpu")
+    monkeypatch.setattr(type(cpu), "default_amp", lambda self: False)  # an AVX2-only CPU
+    with devicekit.autocast():
+        assert torch.nn.Linear(2, 2)(torch.ones(1, 2)).dtype == torch.float32
+    monkeypatch.setattr(type(cpu), "default_amp", lambda self: True)  # native bf16
+    with devicekit.autocast():
+        assert torch.nn.Linear(2, 2)(torch.ones(1, 2)).dtype == torch.bfloat16
+    assert not devicekit.GradScaler().is_enabled()  # bf16 needs no loss scaling
+    assert devicekit.GradScaler(dtype="float16").is_enabled()
+
+
+# -- a script's own processes -------------------------------------------------------------------
+
+_OWN_SPAWN = """
+    import sys
+    import torch.multiprocessing as mp
+    import devicekit
+
+    def main(i, n):
+        if sys.argv[1] == "told":
+            devicekit.init_distributed(rank=i, world_size=n)
+        else:
+            devicekit.init_distributed()
+        print(f"rank {devicekit.rank()}/{devicekit.world_size()}", flush=True)
+        devicekit.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(main, args=(2,), nprocs=2)
+"""
+
+
+def test_init_distributed_in_a_scripts_own_mp_spawn(tmp_path):
+    told = run(tmp_path / "told", [PY, script(tmp_path, _OWN_SPAWN), "told"],
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
+    assert told.returncode == 0, describe([told])
+    assert sorted(re.findall(r"rank \d/\d", told.stdout)) == ["rank 0/2", "rank 1/2"]
+
+
+def test_an_mp_spawn_child_without_its_rank_is_refused_not_run_alone(tmp_path):
+    """Two children silently training as two separate runs: refused, naming the fix."""
+    result = run(tmp_path, [PY, script(tmp_path, _OWN_SPAWN), "untold"],
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
+    assert result.returncode != 0
+    assert "rank 0/1" not in result.stdout
+    assert "started by multiprocessing (the script's own mp.spawn?) without its rank" in \
+        result.stderr
+    assert "init_distributed(rank=i, world_size=n)" in result.stderr
+
+
+_LAUNCHED = """
+    import os, sys, torch
+    import devicekit
+
+    def main(local_rank):
+        if sys.argv[1] == "hard-coded-port":
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = "1"  # as the DDP tutorial hard-codes 12355
+        devicekit.init_distributed(timeout=30)
+        print(f"rank {devicekit.rank()}/{devicekit.world_size()} threads "
+              f"{torch.get_num_threads()}", flush=True)
+        if sys.argv[1] == "raise" and devicekit.rank() == 1:
+            raise ValueError("rank 1 fails on purpose")
+        devicekit.barrier()
+
+    if __name__ == "__main__":
+        try:
+            devicekit.launch(main)
+        except devicekit.RankFailed as failure:
+            print(f"caught: {failure} (exit code {failure.exit_code})", flush=True)
+            raise
+"""
+
+
+def test_launch_spawns_ranks_with_one_thread_share_each(tmp_path):
+    result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "plain"])
+    assert result.returncode == 0, describe([result])
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert sorted(re.findall(r"rank \d/\d threads \d+", result.stdout)) == [
+        f"rank 0/2 threads {threads}", f"rank 1/2 threads {threads}"]
+
+
+def test_launch_raises_and_exits_non_zero_when_a_rank_fails(tmp_path):
+    result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "raise"], timeout=60)
+    assert result.returncode == 1, describe([result])
+    assert "ValueError: rank 1 fails on purpose" in result.stderr
+    assert ("error: local rank 1 exited with code 1 (an uncaught exception, traceback above); "
+            "the other ranks were stopped") in result.stderr
+    assert "caught: local rank 1 exited with code 1" in result.stdout
+
+
+def test_launch_refuses_a_bad_process_count(tmp_path):
+    result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "plain"],
+                 DEVICEKIT_NPROC_PER_NODE="two")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        "error: DEVICEKIT_NPROC_PER_NODE='two' must be a whole number of processes, at least 1")
+
+
+def test_a_hard_coded_master_port_under_torchrun_is_ignored_once(tmp_path):
+    result = run(tmp_path, [PY, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node", "2", script(tmp_path, _LAUNCHED),
+                            "hard-coded-port"], timeout=90)
+    assert result.returncode == 0, describe([result])
+    warnings = [line for line in result.stderr.splitlines() if "set by the script" in line]
+    assert len(warnings) == 1, result.stderr  # MASTER_ADDR=localhost is the same host
+    assert warnings[0].startswith("devicekit: warning: MASTER_PORT='1' set by the script is "
+                                  "ignored: the launcher (torchrun) runs this job at MASTER_PORT=")
+
+
+def test_two_processes_claiming_one_rank_are_named_not_a_port_clash(tmp_path):
+    body = """
+        import devicekit
+
+        def main(local_rank):
+            devicekit.init_distributed(timeout=20)
+
+        devicekit.launch(main)
+    """
+    path = script(tmp_path, body)
+    port = find_free_port()
+    common = dict(WORLD_SIZE=3, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    with Processes(tmp_path / "processes") as procs:
+        first = procs.start("rank0", [PY, path], env(RANK=0, LOCAL_RANK=0, **common))
+        second = procs.start("rank1", [PY, path], env(RANK=1, LOCAL_RANK=1, **common))
+        twin = procs.start("rank1-twin", [PY, path], env(RANK=1, LOCAL_RANK=1, **common))
+        zero_twin = procs.start("rank0-twin", [PY, path], env(RANK=0, LOCAL_RANK=0, **common))
+        results = procs.finish_all([first, second, twin, zero_twin], 60)
+    for rank in (0, 1):
+        claims = [r for r in results if f"two processes claim rank {rank}" in r.stderr]
+        assert len(claims) == 1, describe(results)
+        assert claims[0].returncode == 2 and "already in use" not in claims[0].stderr

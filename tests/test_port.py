@@ -1,0 +1,846 @@
+"""`devicekit port`: the rewrites, what is reported, the command's modes and exit codes.
+
+Fast tests port snippets in memory (`port_source`) and run the command in-process
+(`cli.main`). Slow tests port the corpus in tests/port_corpus/ (CUDA-only scripts in the
+styles people write) with the command, then run the ported copies unchanged on the CPU, with
+2 ranks under torchrun and under each script's own launcher, and check that they train.
+"""
+
+import ast
+import json
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, clean_environ
+from devicekit.port import port_source
+from devicekit.port.cli import main
+from processes import Processes, describe
+
+CORPUS = Path(__file__).resolve().parent / "port_corpus"
+HEADER = "import torch\n"
+PORTED_HEADER = "import torch\nimport devicekit\n"
+
+
+def ported(snippet: str) -> str:
+    """`snippet` (after `import torch`) ported, without the import lines."""
+    out, _ = port_source((HEADER + textwrap.dedent(snippet)).encode())
+    text = out.decode()
+    if text.startswith(PORTED_HEADER):
+        return text[len(PORTED_HEADER):]
+    assert text.startswith(HEADER), text
+    return text[len(HEADER):]
+
+
+def report_of(snippet: str):
+    return port_source((HEADER + textwrap.dedent(snippet)).encode())[1]
+
+
+# (rule, CUDA-only line, ported line): one line each, after `import torch`.
+REWRITES = [
+    ("cuda()", "y = x.cuda()", "y = x.to(devicekit.device())"),
+    ("cuda(i)", "y = x.cuda(args.gpu)", "y = x.to(devicekit.device(args.gpu))"),
+    ("cuda(non_blocking)", "y = x.cuda(non_blocking=True)",
+     "y = x.to(devicekit.device(), non_blocking=True)"),
+    ("cuda(i, non_blocking)", "y = x.cuda(gpu, non_blocking=True)",
+     "y = x.to(devicekit.device(gpu), non_blocking=True)"),
+    ("cuda(i, True)", "y = x.cuda(gpu, True)",
+     "y = x.to(devicekit.device(gpu), non_blocking=True)"),
+    ("cuda(device=i)", "y = x.cuda(device=rank)", "y = x.to(devicekit.device(rank))"),
+    ("cuda('cuda:1')", "y = x.cuda('cuda:1')", "y = x.to(devicekit.device(1))"),
+    ("to('cuda')", "y = x.to('cuda')", "y = x.to(devicekit.device())"),
+    ("to('cuda:1')", "y = x.to('cuda:1', non_blocking=True)",
+     "y = x.to(devicekit.device(1), non_blocking=True)"),
+    ("to(f'cuda:{i}')", "y = x.to(f'cuda:{rank}')", "y = x.to(devicekit.device(rank))"),
+    ("to('cuda:%d' % i)", "y = x.to('cuda:%d' % rank)", "y = x.to(devicekit.device(rank))"),
+    ("to('cuda:{}'.format(i))", "y = x.to('cuda:{}'.format(gpu))",
+     "y = x.to(devicekit.device(gpu))"),
+    ("to('cuda:' + str(i))", "y = x.to('cuda:' + str(gpu))", "y = x.to(devicekit.device(gpu))"),
+    ("to(device='cuda')", "y = x.to(device='cuda', dtype=torch.half)",
+     "y = x.to(device=devicekit.device(), dtype=torch.half)"),
+    ("to(local_rank)", "y = x.to(local_rank)", "y = x.to(devicekit.device(local_rank))"),
+    ("to(self.gpu_id)", "y = x.to(self.gpu_id)", "y = x.to(devicekit.device(self.gpu_id))"),
+    ("to(args.local_rank)", "y = x.to(args.local_rank)",
+     "y = x.to(devicekit.device(args.local_rank))"),
+    ("to(0)", "y = x.to(0)", "y = x.to(devicekit.device(0))"),
+    ("torch.device('cuda')", "d = torch.device('cuda')", "d = devicekit.device()"),
+    ("torch.device('cuda', i)", "d = torch.device('cuda', rank)", "d = devicekit.device(rank)"),
+    ("torch.device(type, index)", "d = torch.device(type='cuda', index=rank)",
+     "d = devicekit.device(rank)"),
+    ("torch.device('cuda:0')", "d = torch.device('cuda:0')", "d = devicekit.device(0)"),
+    ("torch.device(f'cuda:{i}')", "d = torch.device(f'cuda:{local_rank}')",
+     "d = devicekit.device(local_rank)"),
+    ("torch.device(if available)",
+     'd = torch.device("cuda" if torch.cuda.is_available() else "cpu")', "d = devicekit.device()"),
+    ("torch.device(if flag)", 'd = torch.device("cuda" if use_cuda else "cpu")',
+     'd = torch.device(devicekit.device_type() if use_cuda else "cpu")'),
+    ("if available", 'device = "cuda" if torch.cuda.is_available() else "cpu"',
+     "device = devicekit.device_type()"),
+    ("'cuda' string", "device = 'cuda'", "device = devicekit.device_type()"),
+    ("'cuda:0' string", "device = 'cuda:0'", "device = str(devicekit.device(0))"),
+    ("f'cuda:{i}' string", "device = f'cuda:{rank}'", "device = str(devicekit.device(rank))"),
+    ("default='cuda'", "def run(model, device='cuda'): pass",
+     "def run(model, device=devicekit.device_type()): pass"),
+    ("device= of a torch call", "t = torch.zeros(3, device='cuda')",
+     "t = torch.zeros(3, device=devicekit.device())"),
+    ("device= rank of a torch call", "t = torch.ones(3, device=local_rank)",
+     "t = torch.ones(3, device=devicekit.device(local_rank))"),
+    ("set_default_device", "torch.set_default_device('cuda')",
+     "torch.set_default_device(devicekit.device())"),
+    ("set_device(f'cuda:{i}')", "torch.cuda.set_device(f'cuda:{rank}')",
+     "devicekit.set_device(rank)"),
+    ("amp.autocast()", "with torch.cuda.amp.autocast(): pass",
+     "with devicekit.autocast(enabled=True): pass"),
+    ("amp.autocast(enabled)", "with torch.cuda.amp.autocast(enabled=args.amp): pass",
+     "with devicekit.autocast(enabled=args.amp): pass"),
+    ("amp.autocast(dtype)", "with torch.cuda.amp.autocast(dtype=torch.bfloat16): pass",
+     "with devicekit.autocast(enabled=True, dtype=torch.bfloat16): pass"),
+    ("amp.autocast(positional)", "with torch.cuda.amp.autocast(use_amp): pass",
+     "with devicekit.autocast(enabled=use_amp): pass"),
+    ("autocast('cuda')", "with torch.autocast('cuda'): pass",
+     "with devicekit.autocast(enabled=True): pass"),
+    ("autocast(device_type, dtype)",
+     "with torch.autocast(device_type='cuda', dtype=torch.float16): pass",
+     "with devicekit.autocast(enabled=True, dtype=torch.float16): pass"),
+    ("amp.autocast('cuda', enabled)", "with torch.amp.autocast('cuda', enabled=False): pass",
+     "with devicekit.autocast(enabled=False): pass"),
+    ("amp.GradScaler()", "s = torch.cuda.amp.GradScaler()",
+     "s = devicekit.GradScaler(enabled=True)"),
+    ("amp.GradScaler(enabled)", "s = torch.cuda.amp.GradScaler(enabled=use_amp)",
+     "s = devicekit.GradScaler(enabled=use_amp)"),
+    ("amp.GradScaler(init_scale)", "s = torch.cuda.amp.GradScaler(2.0**10, growth_interval=100)",
+     "s = devicekit.GradScaler(enabled=True, init_scale=2.0**10, growth_interval=100)"),
+    ("torch.amp.GradScaler('cuda')", "s = torch.amp.GradScaler('cuda')",
+     "s = devicekit.GradScaler(enabled=True)"),
+    ("torch.amp.GradScaler()", "s = torch.amp.GradScaler(enabled=amp)",
+     "s = devicekit.GradScaler(enabled=amp)"),
+    ("init_process_group('nccl')",
+     "torch.distributed.init_process_group('nccl', rank=r, world_size=n)",
+     "torch.distributed.init_process_group(devicekit.backend(), rank=r, world_size=n)"),
+    ("init_process_group(backend='nccl')",
+     "torch.distributed.init_process_group(backend='nccl', init_method='env://')",
+     "torch.distributed.init_process_group(backend=devicekit.backend(), init_method='env://')"),
+    ("init_process_group(device_id)",
+     "torch.distributed.init_process_group('nccl', device_id=torch.device('cuda', local_rank))",
+     "torch.distributed.init_process_group(devicekit.backend(), device_id=devicekit.device("
+     "local_rank) if devicekit.is_available() else None)"),
+    ("backend if available", 'b = "nccl" if torch.cuda.is_available() else "gloo"',
+     "b = devicekit.backend()"),
+    ("add_argument(default='nccl')", "p.add_argument('--dist-backend', default='nccl')",
+     "p.add_argument('--dist-backend', default=devicekit.backend())"),
+    ("destroy_process_group", "torch.distributed.destroy_process_group()",
+     "devicekit.destroy_process_group()"),
+    ("DDP device_ids", "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[gpu])",
+     "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[gpu] if "
+     "devicekit.is_available() else None)"),
+    ("DDP output_device",
+     "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i], output_device=i)",
+     "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i] if devicekit.is_available() "
+     "else None, output_device=i if devicekit.is_available() else None)"),
+    ("map_location='cuda:0'", "c = torch.load(p, map_location='cuda:0')",
+     "c = torch.load(p, map_location=devicekit.device(0))"),
+    ("map_location=f'cuda:{i}'", "c = torch.load(p, map_location=f'cuda:{rank}')",
+     "c = torch.load(p, map_location=devicekit.device(rank))"),
+    ("map_location dict", "c = torch.load(p, map_location={'cuda:0': f'cuda:{rank}'})",
+     "c = torch.load(p, map_location={'cuda:0': str(devicekit.device(rank))})"),
+    ("map_location lambda", "c = torch.load(p, map_location=lambda s, loc: s.cuda(gpu))",
+     "c = torch.load(p, map_location=devicekit.device(gpu))"),
+    ("pin_memory=True", "dl = DataLoader(ds, batch_size=8, pin_memory=True)",
+     "dl = DataLoader(ds, batch_size=8, pin_memory=devicekit.pin_memory())"),
+    (".pin_memory()", "x = batch.pin_memory().to(device)",
+     "x = (batch.pin_memory() if devicekit.pin_memory() else batch).to(device)"),
+    ("MASTER_ADDR", "os.environ['MASTER_ADDR'] = 'localhost'",
+     "os.environ.setdefault('MASTER_ADDR', 'localhost')"),
+    ("MASTER_PORT", 'os.environ["MASTER_PORT"] = str(port)  # fixed',
+     'os.environ.setdefault("MASTER_PORT", str(port))  # fixed'),
+    ("--local_rank", "p.add_argument('--local_rank', type=int, default=-1)",
+     "p.add_argument('--local_rank', '--local-rank', type=int, default=-1)"),
+    ("--local-rank", 'p.add_argument("--local-rank", type=int)',
+     'p.add_argument("--local-rank", "--local_rank", type=int)'),
+    ("OutOfMemoryError", "E = torch.cuda.OutOfMemoryError", "E = torch.OutOfMemoryError"),
+] + [(f"torch.cuda.{name}", f"v = torch.cuda.{name}()", f"v = devicekit.{name}()")
+     for name in ("device_count", "is_available", "current_device", "synchronize",
+                  "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                  "max_memory_reserved", "reset_peak_memory_stats")] + [
+    (f"torch.cuda.{name}(x)", f"torch.cuda.{name}(x)", f"devicekit.{name}(x)")
+    for name in ("set_device", "manual_seed", "manual_seed_all")]
+
+
+@pytest.mark.parametrize("rule, before, after", REWRITES, ids=[r[0] for r in REWRITES])
+def test_rewrite(rule, before, after):
+    assert ported(before + "\n") == after + "\n"
+    again, report = port_source((PORTED_HEADER + after + "\n").encode())
+    assert report.changes == [] and again.decode() == PORTED_HEADER + after + "\n"
+
+
+UNCHANGED = [
+    "y = x.to(device)", "y = x.to(torch.float16)", "y = x.to(other)", "y = x.to('cpu')",
+    "d = torch.device('cpu')", "d = torch.device(args.device)", "d = torch.device(device_id)",
+    "with torch.autocast('cpu', dtype=torch.bfloat16): pass",
+    "s = torch.amp.GradScaler('cpu')", "dist.init_process_group('gloo')",
+    "dist.init_process_group(backend=args.dist_backend)", "c = torch.load(p, map_location='cpu')",
+    "c = torch.load(p, map_location=lambda s, loc: s)", "dl = DataLoader(ds, pin_memory=False)",
+    "m = DDP(m)", "os.environ['NCCL_DEBUG'] = 'INFO'",
+    "p.add_argument('--local_rank', '--local-rank', type=int)", "mp.spawn(f, args=(1,), nprocs=2)",
+    "x = devicekit.pin_memory()",
+]
+
+
+@pytest.mark.parametrize("line", UNCHANGED)
+def test_left_alone(line):
+    source = (HEADER + line + "\n").encode()
+    out, report = port_source(source)
+    assert out == source and report.changes == [] and report.manual == []
+
+
+def test_to_a_device_variable_is_not_taken_for_a_rank():
+    before = """\
+    gpu = torch.device(f"cuda:{local_rank}")
+    y = x.to(gpu)
+    z = x.cuda(gpu)
+    """
+    assert ported(before) == """\
+    gpu = devicekit.device(local_rank)
+    y = x.to(gpu)
+    z = x.to(gpu)
+    """.replace("    ", "")
+
+
+def test_rank_by_provenance():
+    before = textwrap.dedent("""\
+    import os
+    here = int(os.environ["LOCAL_RANK"])
+    y = x.to(here)
+    def worker(proc, cfg):
+        model.to(proc)
+    torch.multiprocessing.spawn(worker, args=(cfg,), nprocs=2)
+    """)
+    after = ported(before)
+    assert "y = x.to(devicekit.device(here))" in after
+    assert "model.to(devicekit.device(proc))" in after
+
+
+def test_spawn_becomes_launch():
+    before = """\
+    import torch.multiprocessing as mp
+    if __name__ == "__main__":
+        world_size = torch.cuda.device_count()
+        mp.spawn(main, args=(world_size,), nprocs=world_size, join=True)
+        mp.spawn(main, args=(cfg,), nprocs=torch.cuda.device_count())
+        mp.spawn(
+            main,
+            args=(cfg,),
+            nprocs=torch.cuda.device_count(),
+        )
+    """
+    assert ported(before) == textwrap.dedent("""\
+    if __name__ == "__main__":
+        world_size = devicekit.default_ranks_per_node()
+        devicekit.launch(main, args=(world_size,), nprocs=world_size)
+        devicekit.launch(main, args=(cfg,))
+        devicekit.launch(
+            main,
+            args=(cfg,),
+        )
+    """)
+
+
+def test_device_count_that_sizes_a_spawn_through_an_alias():
+    before = """\
+    import torch.multiprocessing as mp
+    n_gpus = torch.cuda.device_count()
+    assert n_gpus >= 2
+    world_size = n_gpus
+    print(torch.cuda.device_count())
+    mp.spawn(main, args=(world_size,), nprocs=world_size)
+    """
+    after = ported(before)
+    assert "n_gpus = devicekit.default_ranks_per_node()" in after
+    assert "print(devicekit.device_count())" in after
+
+
+def test_from_imports_are_resolved_and_orphans_removed():
+    before = textwrap.dedent("""\
+    import torch
+    from torch.cuda.amp import autocast, GradScaler
+    from torch.cuda import amp as cuda_amp
+    scaler = GradScaler()
+    with autocast():
+        pass
+    with cuda_amp.autocast():
+        pass
+    """)
+    out, _ = port_source(before.encode())
+    assert out.decode() == textwrap.dedent("""\
+    import torch
+    import devicekit
+    scaler = devicekit.GradScaler(enabled=True)
+    with devicekit.autocast(enabled=True):
+        pass
+    with devicekit.autocast(enabled=True):
+        pass
+    """)
+
+
+def test_an_import_still_used_is_kept():
+    before = textwrap.dedent("""\
+    import torch
+    from torch.cuda.amp import autocast, custom_fwd
+    with autocast():
+        pass
+    f = custom_fwd(g)
+    """)
+    out, report = port_source(before.encode())
+    assert "from torch.cuda.amp import custom_fwd\n" in out.decode()
+    assert [m.construct for m in report.manual] == ["custom_fwd(g)"]
+
+
+# (construct, a line using it, what the manual fix mentions)
+MANUAL = [
+    ("cpp_extension.load", "from torch.utils.cpp_extension import load\nk = load('k', ['k.cu'])",
+     "fallback"),
+    ("load_inline",
+     "import torch.utils.cpp_extension as ext\nk = ext.load_inline('k', cpp_sources='')",
+     "fallback"),
+    ("CUDAExtension",
+     "from torch.utils.cpp_extension import CUDAExtension\ne = CUDAExtension('k', [])",
+     "fallback"),
+    ("Event", "start = torch.cuda.Event(enable_timing=True)", "perf_counter"),
+    ("graph", "g = torch.cuda.CUDAGraph()", "eagerly"),
+    ("graph context", "with torch.cuda.graph(g):\n    pass", "eagerly"),
+    ("make_graphed_callables", "f = torch.cuda.make_graphed_callables(f, (x,))", "eagerly"),
+    ("nvtx", "torch.cuda.nvtx.range_push('step')", "record_function"),
+    ("nvtx module", "import nvtx", "record_function"),
+    ("apex", "from apex import amp", "devicekit.autocast"),
+    ("amp.initialize", "from apex import amp\nmodel, opt = amp.initialize(model, opt)",
+     "devicekit.autocast"),
+    ("cupy", "import cupy as cp", "fallback"),
+    ("triton", "import triton\n@triton.jit\ndef k(x): pass", "fallback"),
+    ("DataParallel", "m = torch.nn.DataParallel(m)", "devicekit.wrap_ddp"),
+    ("capability", "major, minor = torch.cuda.get_device_capability()", "device_type"),
+    ("properties", "p = torch.cuda.get_device_properties(0)", "device_type"),
+    ("bf16 check", "ok = torch.cuda.is_bf16_supported()", "devicekit.autocast"),
+    ("unknown torch.cuda", "torch.cuda.ipc_collect()", "device_type"),
+    ("tensor type", "t = torch.cuda.FloatTensor(3)", "device=devicekit.device()"),
+    ("argument devicekit does not take", "torch.cuda.synchronize(device)", "without the argument"),
+    ("autocast cache_enabled", "with torch.cuda.amp.autocast(cache_enabled=False): pass",
+     "cache_enabled"),
+    ("autocast(**kwargs)", "with torch.cuda.amp.autocast(**amp_args): pass", "by name"),
+    ("GradScaler(*args)", "s = torch.cuda.amp.GradScaler(*scaler_args)", "by name"),
+    ("cuda(*args)", "y = x.cuda(*where)", "devicekit.device(i)"),
+    ("torch.cuda.device(i)", "with torch.cuda.device(1): pass", "devicekit.set_device(i)"),
+    ("mp.spawn(join=False)", "ctx = torch.multiprocessing.spawn(f, nprocs=2, join=False)",
+     "devicekit.launch"),
+]
+
+
+@pytest.mark.parametrize("name, snippet, fix", MANUAL, ids=[m[0] for m in MANUAL])
+def test_reported_for_a_manual_change(name, snippet, fix):
+    source = (HEADER + snippet + "\n").encode()
+    out, report = port_source(source)
+    assert out == source, "left alone"
+    assert report.changes == [] and report.manual, report
+    item = report.manual[-1]
+    assert item.line >= 2 and item.why and fix in item.fix
+    assert item.construct in (HEADER + snippet)
+
+
+def test_cudnn_is_kept_and_reported_as_harmless():
+    source = (HEADER + "torch.backends.cudnn.benchmark = True\n"
+              "torch.backends.cuda.matmul.allow_tf32 = True\n").encode()
+    out, report = port_source(source)
+    assert out == source and report.manual == []
+    assert [(i.line, i.construct) for i in report.info] == [
+        (2, "torch.backends.cudnn.benchmark = True"),
+        (3, "torch.backends.cuda.matmul.allow_tf32 = True")]
+    assert all("harmless" in i.note for i in report.info)
+
+
+FORMATTED = '''\
+#!/usr/bin/env python
+# -*- coding: utf-8 -*-
+"""A script   with  odd   formatting; it must survive."""
+from __future__ import annotations
+
+import os   # two spaces before this comment
+import torch  ;  import torch.nn as nn
+
+# a comment block
+#   indented inside
+
+
+class Net(nn.Module):   # trailing
+    def __init__(self) :
+        super().__init__()
+        self.fc = nn.Linear( 4 ,
+                             2 )  # weird spacing
+
+
+def main( ) :
+    model = Net( ).cuda( )   # move it
+    x = torch.randn(8, 4).cuda(  non_blocking = True  )
+    total = (1 +
+             2)   \\
+        + 3
+    print( "done" , total )
+
+
+if __name__ == "__main__" :
+    main( )
+'''
+
+
+def test_untouched_code_is_byte_for_byte_the_same():
+    out, report = port_source(FORMATTED.encode())
+    before, after = FORMATTED.splitlines(), out.decode().splitlines()
+    assert "import devicekit" == after[7]  # after the last top-of-file import
+    del after[7]
+    differing = [i + 1 for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    assert len(before) == len(after) and differing == [21, 22]
+    assert after[20] == "    model = Net( ).to(devicekit.device())   # move it"
+    assert after[21] == "    x = torch.randn(8, 4).to(  devicekit.device(), non_blocking = True  )"
+    assert [c.line for c in report.changes] == [21, 22]
+
+
+def test_line_endings_and_encoding_are_kept():
+    source = "# -*- coding: latin-1 -*-\r\nimport torch\r\nname = 'caf\xe9'\r\ny = x.cuda()\r\n"
+    out, _ = port_source(source.encode("latin-1"))
+    assert out.decode("latin-1") == ("# -*- coding: latin-1 -*-\r\nimport torch\r\nimport devicekit"
+                                     "\r\nname = 'caf\xe9'\r\ny = x.to(devicekit.device())\r\n")
+
+
+@pytest.mark.parametrize("source, expected", [
+    ('"""Doc."""\nfrom __future__ import annotations\ny = x.cuda()\n',
+     '"""Doc."""\nfrom __future__ import annotations\nimport devicekit\n'
+     'y = x.to(devicekit.device())\n'),
+    ('"""Doc."""\ny = x.cuda()\n', '"""Doc."""\nimport devicekit\ny = x.to(devicekit.device())\n'),
+    ("y = x.cuda()\n", "import devicekit\ny = x.to(devicekit.device())\n"),
+    ("import os\nimport devicekit\ny = x.cuda()\n",
+     "import os\nimport devicekit\ny = x.to(devicekit.device())\n"),
+    ("import os\nd = torch.device('cuda')\nimport torch\n",
+     "import os\nimport devicekit\nd = devicekit.device()\nimport torch\n"),
+    ("import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n\n"
+     "def f():\n    return x.cuda()\n",
+     "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\nimport devicekit\n\n"
+     "def f():\n    return x.to(devicekit.device())\n"),
+])
+def test_import_devicekit_added_once_where_a_reader_expects_it(source, expected):
+    out, _ = port_source(source.encode())
+    assert out.decode() == expected
+
+
+def test_no_import_when_nothing_changes():
+    source = b"import torch\nprint(torch.__version__)\n"
+    assert port_source(source) == (source, port_source(source)[1])
+    assert port_source(source)[1].changes == []
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in CORPUS.glob("*.py")))
+def test_porting_twice_changes_nothing(script):
+    once, first = port_source((CORPUS / script).read_bytes(), script)
+    twice, second = port_source(once, script)
+    assert first.changes and twice == once and second.changes == []
+    assert [(m.line, m.construct) for m in second.manual] == \
+        [(m.line, m.construct) for m in first.manual] or "import devicekit" in once.decode()
+
+
+# -- the command -----------------------------------------------------------------------
+
+SCRIPT = """\
+import torch
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group(backend="nccl")  # keep this comment
+    model = torch.nn.Linear(4, 2).cuda()
+    torch.backends.cudnn.benchmark = True
+    return model
+"""
+MANUAL_SCRIPT = "import torch\nmodel = torch.nn.DataParallel(torch.nn.Linear(2, 2)).cuda()\n"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def run_port(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_default_prints_a_diff_and_a_summary_and_writes_nothing(tmp_path, capsys):
+    script = write(tmp_path / "train.py", SCRIPT)
+    code, out, err = run_port(capsys, script)
+    assert code == 0 and err == ""
+    assert out.startswith(f"--- {script}\n+++ {script}\n@@")
+    assert '-    dist.init_process_group(backend="nccl")  # keep this comment\n' in out
+    assert '+    dist.init_process_group(backend=devicekit.backend())  # keep this comment\n' in out
+    assert "+    model = torch.nn.Linear(4, 2).to(devicekit.device())\n" in out
+    assert f"{script}:8: kept: torch.backends.cudnn.benchmark = True" in out
+    assert out.rstrip().endswith("1 file(s), 1 changed, 2 change(s), 0 manual item(s), "
+                                 "1 kept as harmless")
+    assert script.read_text() == SCRIPT
+
+
+def test_manual_items_are_listed_and_exit_1(tmp_path, capsys):
+    script = write(tmp_path / "dp.py", MANUAL_SCRIPT)
+    code, out, _ = run_port(capsys, script)
+    assert code == 1
+    assert re.search(rf"^{re.escape(str(script))}:2: manual: torch.nn.DataParallel\(torch.nn.Linear"
+                     r"\(2, 2\)\): .*Fix: .*devicekit.wrap_ddp", out, re.M)
+
+
+def test_check_exit_codes_and_changes_nothing(tmp_path, capsys):
+    cuda = write(tmp_path / "cuda.py", SCRIPT)
+    clean = write(tmp_path / "clean.py", "import torch\nprint(torch.ones(2))\n")
+    code, out, _ = run_port(capsys, "--check", cuda)
+    assert code == 1 and "---" not in out
+    assert f"{cuda}:6: init-process-group: " in out and cuda.read_text() == SCRIPT
+    assert run_port(capsys, "--check", clean)[0] == 0
+    assert run_port(capsys, "--write", cuda)[0] == 0
+    assert run_port(capsys, "--check", cuda)[0] == 0, "a ported file passes the check"
+    manual = write(tmp_path / "dp.py", MANUAL_SCRIPT)
+    run_port(capsys, "--write", manual)
+    assert run_port(capsys, "--check", manual)[0] == 1, "what needs a hand stays flagged"
+
+
+def test_write_rewrites_in_place(tmp_path, capsys):
+    script = write(tmp_path / "train.py", SCRIPT)
+    script.chmod(0o750)
+    code, out, _ = run_port(capsys, "--write", tmp_path)
+    assert code == 0 and "---" not in out
+    text = script.read_text()
+    assert "import devicekit\n" in text and ".to(devicekit.device())" in text
+    assert (script.stat().st_mode & 0o777) == 0o750
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"], "no temporary left"
+
+
+def test_out_keeps_the_layout_and_leaves_inputs_alone(tmp_path, capsys):
+    src = tmp_path / "project"
+    write(src / "train.py", SCRIPT)
+    write(src / "pkg" / "model.py", "import torch\nnet = torch.nn.Linear(2, 2).cuda()\n")
+    write(src / "pkg" / "util.py", "def f():\n    return 1\n")
+    write(src / "notes.txt", "not python")
+    write(src / "__pycache__" / "skip.py", "x = y.cuda()\n")
+    out_dir = tmp_path / "ported"
+    code, out, _ = run_port(capsys, "--out", out_dir, src)
+    assert code == 0
+    written = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
+    assert written == ["pkg/model.py", "pkg/util.py", "train.py"]
+    assert (out_dir / "pkg" / "util.py").read_text() == "def f():\n    return 1\n"
+    assert ".to(devicekit.device())" in (out_dir / "pkg" / "model.py").read_text()
+    assert (src / "train.py").read_text() == SCRIPT
+
+
+def test_report_json(tmp_path, capsys):
+    script = write(tmp_path / "a.py", SCRIPT)
+    dp = write(tmp_path / "b.py", MANUAL_SCRIPT)
+    report_path = tmp_path / "report.json"
+    code, _, _ = run_port(capsys, "--report", report_path, script, dp)
+    assert code == 1
+    report = json.loads(report_path.read_text())
+    assert report["mode"] == "diff"
+    first, second = report["files"]
+    assert first["path"] == str(script) and first["changed"] is True
+    assert first["changes"] == [
+        {"line": 6, "rule": "init-process-group",
+         "before": 'dist.init_process_group(backend="nccl")',
+         "after": "dist.init_process_group(backend=devicekit.backend())",
+         "rules": ["init-process-group"]},
+        {"line": 7, "rule": "cuda-method", "before": "torch.nn.Linear(4, 2).cuda()",
+         "after": "torch.nn.Linear(4, 2).to(devicekit.device())", "rules": ["cuda-method"]}]
+    assert first["info"] == [{"line": 8, "construct": "torch.backends.cudnn.benchmark = True",
+                              "note": first["info"][0]["note"]}]
+    [manual] = second["manual"]
+    assert manual["line"] == 2 and manual["construct"].startswith("torch.nn.DataParallel(")
+    assert "DDP" in manual["why"] and "devicekit.wrap_ddp" in manual["fix"]
+    assert report["summary"] == {"files": 2, "files_changed": 2, "changes": 3, "manual": 1,
+                                 "info": 1, "exit_code": 1,
+                                 "by_rule": {"cuda-method": 2, "init-process-group": 1}}
+
+
+@pytest.mark.parametrize("mode", [[], ["--write"], ["--check"]])
+def test_missing_path_is_bad_input(tmp_path, capsys, mode):
+    good = write(tmp_path / "good.py", SCRIPT)
+    report = tmp_path / "r.json"
+    code, out, err = run_port(capsys, *mode, "--report", report, good, tmp_path / "nope.py")
+    assert code == 2 and out == ""
+    assert err == f"devicekit port: error: {tmp_path / 'nope.py'}: no such file or directory\n"
+    assert good.read_text() == SCRIPT and not report.exists()
+
+
+@pytest.mark.parametrize("mode", [["--write"], ["--out", "OUT"]])
+def test_a_file_that_does_not_parse_stops_everything(tmp_path, capsys, mode):
+    first = write(tmp_path / "src" / "a_first.py", SCRIPT)
+    broken = write(tmp_path / "src" / "b_broken.py", "def f(:\n    pass\n")
+    last = write(tmp_path / "src" / "c_last.py", SCRIPT)
+    mode = [str(tmp_path / "out") if m == "OUT" else m for m in mode]
+    code, out, err = run_port(capsys, *mode, "--report", tmp_path / "r.json", tmp_path / "src")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"devicekit port: error: {broken}: does not parse: ")
+    assert "(line 1)" in err
+    assert first.read_text() == SCRIPT and last.read_text() == SCRIPT
+    assert not (tmp_path / "out").exists() and not (tmp_path / "r.json").exists()
+
+
+def test_out_over_the_inputs_is_refused(tmp_path, capsys):
+    write(tmp_path / "train.py", SCRIPT)
+    code, _, err = run_port(capsys, "--out", tmp_path, tmp_path / "train.py")
+    assert code == 2 and "--out would overwrite an input" in err
+
+
+def test_a_folder_without_python_is_bad_input(tmp_path, capsys):
+    write(tmp_path / "notes.txt", "text")
+    code, _, err = run_port(capsys, tmp_path)
+    assert code == 2 and err == f"devicekit port: error: {tmp_path}: no .py files in this folder\n"
+
+
+def test_the_porting_code_does_not_import_torch():
+    # devicekit/__init__.py imports torch; the port package alone must not.
+    probe = textwrap.dedent(f"""\
+        import sys, types
+        package = types.ModuleType("devicekit")
+        package.__path__ = [{str(Path(ROOT) / "devicekit")!r}]
+        sys.modules["devicekit"] = package
+        from devicekit.port.cli import main
+        from devicekit.port import port_source
+        port_source(b"import torch\\nx = y.cuda()\\n")
+        print("torch" in sys.modules)
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=60, env=clean_environ())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+# -- the corpus --------------------------------------------------------------------------
+
+# What `devicekit port` reports for each corpus script: manual items and kept constructs.
+CORPUS_REPORTS = {
+    "ddp_trainer.py": ([], []),
+    "gpt_amp.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True",
+                        "torch.backends.cudnn.allow_tf32 = True"]),
+    "imagenet_style.py": (["torch.nn.DataParallel(model)"],
+                          ["cudnn.deterministic = True", "cudnn.benchmark = True"]),
+    "spawn_checkpoint.py": ([], []),
+    # the CUDA-only originals of examples/
+    "spawn_config.py": ([], []),
+    "launch_local_rank.py": ([], []),
+    "gpt_pretrain.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True"]),
+    "finetune_sampler.py": ([], []),
+}
+
+
+def test_corpus_reports(tmp_path, capsys):
+    code, _, _ = run_port(capsys, "--report", tmp_path / "r.json", CORPUS)
+    assert code == 1, "imagenet_style.py keeps its nn.DataParallel branch"
+    report = json.loads((tmp_path / "r.json").read_text())
+    seen = {Path(f["path"]).name: f for f in report["files"]}
+    for name, (manual, info) in CORPUS_REPORTS.items():
+        assert seen[name]["changes"], name
+        assert [m["construct"] for m in seen[name]["manual"]] == manual, name
+        assert [i["construct"] for i in seen[name]["info"]] == info, name
+    for entry in report["files"]:
+        code = ast.parse(port_source(Path(entry["path"]).read_bytes())[0])
+        left = {ast.unparse(node) for node in ast.walk(code)
+                if (isinstance(node, ast.Attribute) and ast.unparse(node) == "torch.cuda")
+                or (isinstance(node, ast.Constant) and node.value in ("nccl", "cuda"))}
+        assert left == set(), entry["path"]
+
+
+# -- the corpus, ported and run on the CPU --------------------------------------------------
+
+RUN_TIMEOUT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ported_corpus(tmp_path_factory):
+    """The corpus ported by the command into a fresh folder (no hand edits)."""
+    out = tmp_path_factory.mktemp("ported")
+    assert main(["--out", str(out), str(CORPUS)]) == 1  # 1: the DataParallel branch
+    return out
+
+
+def cpu_env():
+    return clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
+
+
+def torchrun(script, *args):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", str(script), *map(str, args)]
+
+
+def python(script, *args):
+    return [sys.executable, str(script), *map(str, args)]
+
+
+def run(tmp_path, name, argv):
+    """Run `argv` to the end (timeout, nothing left running); its output. A failure or a
+    traceback fails the test."""
+    with Processes(tmp_path / name) as procs:
+        [result] = procs.finish_all([procs.start(name, argv, cpu_env())], RUN_TIMEOUT_S)
+    assert result.returncode == 0, describe([result])
+    assert "Traceback" not in result.stderr, describe([result])
+    return result
+
+
+def losses(pattern, text):
+    """The numbers `pattern` captures in `text` (ranks share one stdout: lines may run
+    together, so patterns are not anchored)."""
+    return [float(x) for x in re.findall(pattern, text)]
+
+
+@pytest.mark.slow
+def test_ddp_trainer_runs_under_torchrun_and_resumes(ported_corpus, tmp_path):
+    script, snapshot = ported_corpus / "ddp_trainer.py", tmp_path / "snapshot.pt"
+    first = run(tmp_path, "first", torchrun(script, "--epochs", 3, "--save-every", 3,
+                                            "--snapshot", snapshot))
+    for rank in (0, 1):
+        values = losses(rf"\[rank {rank}\] epoch \d \| steps 8 \| loss (\d+\.\d{{5}})",
+                        first.stdout)
+        assert len(values) == 3 and values[-1] < values[0] / 5, first.stdout
+    assert snapshot.exists()
+    second = run(tmp_path, "second", torchrun(script, "--epochs", 5, "--snapshot", snapshot))
+    assert second.stdout.count("resumed from the snapshot at epoch 3") == 2, second.stdout
+    assert re.findall(r"\[rank \d\] epoch (\d)", second.stdout).count("4") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "own"])
+def test_imagenet_style_runs(ported_corpus, tmp_path, launcher):
+    script, checkpoint = ported_corpus / "imagenet_style.py", tmp_path / "checkpoint.pth.tar"
+    common = ["--epochs", 2, "-b", 32, "--checkpoint", checkpoint, "--seed", 0]
+    if launcher == "torchrun":
+        argv = torchrun(script, "--dist-url", "env://", *common)
+    else:
+        argv = python(script, "--multiprocessing-distributed", "--world-size", 1, "--rank", 0,
+                      "--dist-url", f"tcp://127.0.0.1:{free_port()}", *common)
+    result = run(tmp_path, "train", argv)
+    accuracies = re.findall(r"validation top-1 (\d+\.\d+) % of 128 images", result.stdout)
+    assert len(accuracies) == 4 and len(set(accuracies[-2:])) == 1, result.stdout
+    assert checkpoint.exists() and (tmp_path / "model_best.pth.tar").exists()
+    if launcher == "own":  # resume: the checkpoint is mapped to each rank's device
+        resumed = run(tmp_path, "resume", python(
+            script, "--multiprocessing-distributed", "--world-size", 1, "--rank", 0,
+            "--dist-url", f"tcp://127.0.0.1:{free_port()}", "--resume", checkpoint,
+            "--epochs", 3, "--checkpoint", tmp_path / "again.pth.tar"))
+        assert resumed.stdout.count(f"resumed {checkpoint} at epoch 2") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "own"])
+def test_gpt_amp_runs(ported_corpus, tmp_path, launcher):
+    script = ported_corpus / "gpt_amp.py"
+    argv = torchrun(script) if launcher == "torchrun" else python(script)
+    result = run(tmp_path, "gpt", argv)
+    processes = 2 if launcher == "torchrun" else 1
+    assert "60 iterations in " in result.stdout and f"on {processes} process(es)" in result.stdout
+    [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
+    assert float(final) < float(first) / 4, result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "own"])
+def test_spawn_checkpoint_runs(ported_corpus, tmp_path, launcher):
+    script, path = ported_corpus / "spawn_checkpoint.py", tmp_path / "ckpt.pt"
+    argv = torchrun(script, path) if launcher == "torchrun" else python(script, path)
+    result = run(tmp_path, "spawn", argv)
+    for rank in (0, 1):
+        [(first, last)] = re.findall(rf"rank {rank}: loss (\d+\.\d{{4}}) -> (\d+\.\d{{4}})",
+                                     result.stdout)
+        assert float(last) < float(first), result.stdout
+    assert not path.exists(), "rank 0 removed the checkpoint after both reloaded it"
+
+
+def digests(text):
+    """{rank: weights digest} from the examples' `rank R/N done: weights H` lines."""
+    return dict(re.findall(r"rank (\d+)/2 done: weights ([0-9a-f]{16})", text))
+
+
+def assert_same_weights(result):
+    found = digests(result.stdout)
+    assert sorted(found) == ["0", "1"] and len(set(found.values())) == 1, result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "own"])
+def test_spawn_config_runs(ported_corpus, tmp_path, launcher):
+    script, out = ported_corpus / "spawn_config.py", tmp_path / "model.pt"
+    if launcher == "torchrun":
+        result = run(tmp_path, "spawn_config", torchrun(script, "--out", out))
+    else:
+        # its own mp.spawn, now devicekit.launch; the hard-coded MASTER_PORT 8888 yields to
+        # one given in the environment (a free one, so that runs never collide)
+        with Processes(tmp_path / "own") as procs:
+            env = dict(cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+            [result] = procs.finish_all(
+                [procs.start("own", python(script, "--out", out), env)], RUN_TIMEOUT_S)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, describe([result])
+    assert_same_weights(result)
+    assert out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "launch"])
+def test_launch_local_rank_runs(ported_corpus, tmp_path, launcher):
+    script, out = ported_corpus / "launch_local_rank.py", tmp_path / "model.pt"
+    if launcher == "torchrun":
+        argv = torchrun(script, "--out", out)
+    else:  # its own launcher appends --local-rank=N (the script parsed only --local_rank)
+        argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
+                "--out", str(out)]
+    result = run(tmp_path, launcher, argv)
+    assert_same_weights(result)
+    [first, last] = losses(r"step (?:0|20) loss (\d+\.\d+)", result.stdout)
+    assert last < first, result.stdout
+
+
+@pytest.mark.slow
+def test_gpt_pretrain_runs_and_resumes(ported_corpus, tmp_path):
+    script, out = ported_corpus / "gpt_pretrain.py", tmp_path / "gpt.pt"
+    first = run(tmp_path, "first", torchrun(script, "--iters", 20, "--save-every", 10,
+                                            "--out", out))
+    assert_same_weights(first)
+    values = losses(r"iter (?:0|10) loss (\d+\.\d+)", first.stdout)
+    assert len(values) == 2 and values[1] < values[0], first.stdout
+    resumed = run(tmp_path, "resumed", torchrun(script, "--iters", 30, "--save-every", 10,
+                                                "--out", out, "--resume"))
+    assert "iter 20 loss" in resumed.stdout and "iter 0 loss" not in resumed.stdout
+    assert_same_weights(resumed)
+
+
+@pytest.mark.slow
+def test_finetune_sampler_runs(ported_corpus, tmp_path):
+    import torch  # the test makes the pretrained backbone file the script loads
+
+    sys.path.insert(0, str(CORPUS))
+    try:
+        from finetune_sampler import backbone
+    finally:
+        sys.path.remove(str(CORPUS))
+    torch.manual_seed(5)
+    pretrained = tmp_path / "backbone.pt"
+    torch.save(backbone().state_dict(), pretrained)
+    script = ported_corpus / "finetune_sampler.py"
+    result = run(tmp_path, "finetune", torchrun(script, "--pretrained", pretrained,
+                                                "--out", tmp_path / "finetuned.pt"))
+    assert_same_weights(result)
+    accuracies = losses(r"val acc (\d+\.\d)%", result.stdout)
+    assert len(accuracies) == 3 and accuracies[-1] > 50, result.stdout

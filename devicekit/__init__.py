@@ -43,6 +43,7 @@ from devicekit.distributed import (  # noqa: E402
     is_initialized, is_main_process, local_rank, local_world_size, no_sync, node_rank, rank,
     unwrap, world_size, wrap_ddp)
 from devicekit.errors import UsageError, exit_on_usage_error, warn  # noqa: E402
+from devicekit.kinds import register_kind  # noqa: E402
 from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402
 from devicekit.processes import RankFailed, launch, nprocs_per_node  # noqa: E402
 from devicekit.seeding import seed_everything  # noqa: E402
@@ -57,7 +58,7 @@ __all__ = [
     "init_distributed", "is_available", "is_initialized", "is_main_process", "launch",
     "load_checkpoint", "local_rank", "local_world_size", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
-    "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last", "rank", "reset_peak_memory_stats", "save_checkpoint",
+    "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last", "rank", "register_kind", "reset_peak_memory_stats", "save_checkpoint",
     "seed_everything", "set_device", "synchronize", "unwrap", "warn", "world_size",
     "wrap_ddp",
 ]

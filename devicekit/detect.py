@@ -1,9 +1,12 @@
-"""Choosing the device kind: explicit argument > DEVICEKIT_DEVICE > auto (npu > cuda > cpu)."""
+"""Choosing the device kind: explicit argument > DEVICEKIT_DEVICE > auto (the kinds registry's
+order: npu > cuda > xpu > kinds registered by the user > cpu)."""
 
 import os
+from typing import Mapping, Optional
 
 from devicekit import kinds
 from devicekit.errors import UsageError, warn
+from devicekit.kinds.base import DeviceKind
 
 ENV_VAR = "DEVICEKIT_DEVICE"
 
@@ -13,7 +16,8 @@ def _label(source, choice):
     return f"{source} {choice}" if source.startswith("--") else f"{source}={choice!r}"
 
 
-def resolve_kind(requested=None, environ=None, source="device_type"):
+def resolve_kind(requested: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
+                 source: str = "device_type") -> DeviceKind:
     """Return the DeviceKind to run on.
 
     `requested` is a kind name, an alias ("gpu") or "auto"/None; `source` is what the

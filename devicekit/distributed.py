@@ -17,7 +17,7 @@ from typing import Optional, Union
 import torch
 import torch.distributed as dist
 
-from devicekit import runtime
+from devicekit import kinds, runtime
 from devicekit.errors import UsageError, warn
 from devicekit.launch import LaunchContext, LaunchOptions
 from devicekit.network import interface_towards
@@ -26,9 +26,6 @@ DEFAULT_TIMEOUT_S = 300.0
 STORE_MARGIN_S = 5.0  # beyond the timeout, for the store client to give up on its own first
 PROBE_S = 3.0  # asking whether a taken port is this run's rendezvous
 _WORKER_DRAIN_S = 0.05  # see destroy_process_group
-
-_BACKEND_OWNERS = {"nccl": "NVIDIA GPUs", "hccl": "Ascend NPUs (Habana Gaudi uses the same name)",
-                   "gloo": "CPUs"}
 
 
 def resolve_backend(kind, requested=None, name="backend"):
@@ -39,7 +36,7 @@ def resolve_backend(kind, requested=None, name="backend"):
     if requested in kind.accepted_backends:
         return requested
     backend = kind.backend
-    owner = _BACKEND_OWNERS.get(requested, "another device")
+    owner = kinds.backend_owner(requested) or "another device"
     shown = f"{name} {requested}" if name.startswith("--") else f"{name}={requested!r}"
     warn(f"{shown} is for {owner}, not {kind.name}; using {backend}")
     return backend
@@ -133,16 +130,32 @@ def _join(ctx, kind, backend, timeout_s, timeout_label):
         if interface:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
     try:
-        if ctx.mode in ("torchrun", "launch"):
-            # torchrun's workers join the store its agent already serves.
-            dist.init_process_group(backend=backend, init_method="env://", rank=ctx.rank,
-                                    world_size=ctx.world_size, timeout=timeout)
+        if ctx.launcher_store and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            store = _agent_store(ctx, timeout_s, timeout_label)
+        elif ctx.launcher_store:
+            store = None  # an agent that serves no store: env:// makes rank 0 serve one
         else:
             store = _rendezvous(ctx, timeout_s, timeout_label)
-            dist.init_process_group(backend=backend, store=store, rank=ctx.rank,
-                                    world_size=ctx.world_size, timeout=timeout)
+        dist.init_process_group(backend=backend, store=store, rank=ctx.rank,
+                                world_size=ctx.world_size, timeout=timeout,
+                                init_method="env://" if store is None else None)
     except (RuntimeError, ValueError) as error:
         raise _explain_setup_error(error, ctx, timeout_label) from None
+
+
+def _agent_store(ctx, timeout_s, timeout_label):
+    """The store torchrun's agent serves, under a prefix for this restart: torchrun keeps
+    one store across --max-restarts, and a restarted rank could otherwise read a peer's
+    address left there by the attempt before (gloo then fails, "Connection refused")."""
+    done, store = _bounded(timeout_s + STORE_MARGIN_S, lambda: dist.TCPStore(
+        ctx.master_addr, ctx.master_port, ctx.world_size, is_master=False,
+        timeout=datetime.timedelta(seconds=timeout_s)))
+    if not done:
+        raise UsageError(f"rank {ctx.rank}: the launcher's store at {ctx.master_addr}:"
+                         f"{ctx.master_port} did not answer within {timeout_label} "
+                         f"(+{STORE_MARGIN_S:g}s)")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"devicekit/attempt{attempt}", store)
 
 
 def _bounded(seconds, call):

@@ -1,32 +1,39 @@
 """`python -m devicekit doctor`: what this machine offers, what devicekit would choose, and
-the next command to run."""
+the next command to run -- the facts a bug report needs. It never fails on a missing or
+malformed variable: such a variable is reported as a problem."""
 
 import json
 import os
 import platform
+from typing import Optional
 
 import torch
 
-from devicekit import kinds
+from devicekit import environments, kinds
 from devicekit.detect import ENV_VAR, resolve_kind
 from devicekit.errors import UsageError
-from devicekit.kinds.npu import CANN_SET_ENV, torch_npu_version
-from devicekit.launch import LaunchOptions, launcher_of, resolve_launch
+from devicekit.kinds.npu import CANN_SET_ENV, cann_install, torch_npu_matches, torch_npu_version
+from devicekit.launch import LaunchOptions, resolve_launch
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
 HCCL_VARS = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME",
              "HCCL_WHITELIST_DISABLE", "RANK_TABLE_FILE")
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-               "MASTER_PORT", "RANK_ID", "RANK_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+SHM_PATH = "/dev/shm"
+# DataLoader workers hand batches over in shared memory; Docker's default of 64 MiB is
+# exhausted by a few ImageNet batches, and the workers then die with "bus error".
+SHM_WARN_BYTES = 1 << 30
+NO_LAUNCHER = "none (single process, or spawn)"
 
 
 def _npu_status():
     npu = kinds.get("npu")
     version = torch_npu_version()
+    matches = None if version is None else torch_npu_matches(version, torch.__version__)
     if version is None and not npu.is_installed():
-        return {"state": "not installed", "version": None, "detail": npu.load_state()[1]}
+        return {"state": "not installed", "version": None, "matches_torch": None,
+                "detail": npu.load_state()[1]}
     state, reason = npu.load_state()
-    return {"state": state, "version": version, "detail": reason}
+    return {"state": state, "version": version, "matches_torch": matches, "detail": reason}
 
 
 def _visible_devices():
@@ -44,6 +51,19 @@ def _visible_devices():
     return report
 
 
+def _shm_bytes() -> Optional[int]:
+    """The size of /dev/shm, or None where there is none."""
+    try:
+        stats = os.statvfs(SHM_PATH)
+    except OSError:
+        return None
+    return stats.f_blocks * stats.f_frsize
+
+
+def _human_bytes(count: int) -> str:
+    return f"{count / (1 << 30):.1f} GiB" if count >= 1 << 30 else f"{count / (1 << 20):.0f} MiB"
+
+
 def _next_command(kind, count, launcher):
     if launcher is not None:
         return "python -m devicekit check   (under the same launcher, in every rank)"
@@ -54,9 +74,28 @@ def _next_command(kind, count, launcher):
     return "python -m devicekit check --nproc-per-node 2"
 
 
+def _warnings(info):
+    found = []
+    npu = info["torch_npu"]
+    if npu["matches_torch"] is False:
+        torch_release = torch.__version__.split("+")[0]
+        found.append(f"torch_npu {npu['version']} does not match torch {info['torch']}: "
+                     f"torch-npu pairs with the same torch release; pip install "
+                     f"torch-npu=={torch_release}")
+    shm = info["shm_bytes"]
+    if shm is not None and shm < SHM_WARN_BYTES:
+        found.append(f"{SHM_PATH} is {_human_bytes(shm)}: DataLoader workers die with \"bus "
+                     f"error\" when it fills; give it {_human_bytes(SHM_WARN_BYTES)} or more "
+                     "(docker run --shm-size=8g; Kubernetes: an emptyDir of medium Memory at "
+                     "/dev/shm) or use --workers 0")
+    return found
+
+
 def gather(requested=None):
     """Everything doctor reports, as a JSON-ready dict."""
     problems = []
+    environment = environments.detect(LaunchOptions())
+    launcher = environment.name if environment.started_by_launcher else None
     info = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -64,11 +103,14 @@ def gather(requested=None):
         "torch_accelerator": str(torch.accelerator.current_accelerator()),
         "torch_npu": _npu_status(),
         "cann": {var: os.environ.get(var) for var in CANN_VARS},
+        "cann_install": cann_install(os.environ),
         "cann_set_env_sh": CANN_SET_ENV if os.path.exists(CANN_SET_ENV) else None,
         "hccl": {var: os.environ.get(var) for var in HCCL_VARS},
+        "shm_bytes": _shm_bytes(),
         "visible_devices": _visible_devices(),
         "requested_device": requested or os.environ.get(ENV_VAR) or "auto",
-        "launch_environment": {var: os.environ[var] for var in LAUNCH_VARS if var in os.environ},
+        "launcher": launcher or NO_LAUNCHER,
+        "launch_environment": environment.variables_set(os.environ),
     }
     try:
         kind = resolve_kind(requested, source="--device")
@@ -78,8 +120,6 @@ def gather(requested=None):
     if kind is not None:
         count = kind.device_count()
         info.update(device=kind.name, backend=kind.backend, devices_per_node=count)
-        launcher = launcher_of()
-        info["launcher"] = launcher or "none (single process, or spawn)"
         try:
             info["launch_context"] = resolve_launch(LaunchOptions(), kind=kind).describe()
         except UsageError as error:
@@ -88,6 +128,7 @@ def gather(requested=None):
     for var, entry in info["visible_devices"].items():
         if "error" in entry:
             problems.append(entry["error"])
+    info["warnings"] = _warnings(info)
     info["problems"] = list(dict.fromkeys(problems))
     return info
 
@@ -103,19 +144,28 @@ def format_report(info):
     ]
     if npu["state"] not in ("ok", "not installed"):
         lines.append(f"             {npu['detail']}")
+    install = info["cann_install"]
+    lines.append("CANN         " + (f"{install['version']} at {install['path']} (found by "
+                                    f"{install['found_by']})" if install["version"]
+                                    else "not found"))
     cann = {k: v for k, v in info["cann"].items() if v}
-    lines.append(f"CANN         {', '.join(f'{k}={v}' for k, v in cann.items()) or 'not sourced'}")
+    lines.append(f"CANN vars    {', '.join(f'{k}={v}' for k, v in cann.items()) or 'not sourced'}")
     hccl = {k: v for k, v in info["hccl"].items() if v}
     lines.append(f"HCCL vars    {', '.join(f'{k}={v}' for k, v in hccl.items()) or 'none set'}")
+    shm = info["shm_bytes"]
+    lines.append(f"{SHM_PATH:<12} {'absent' if shm is None else _human_bytes(shm)}")
     for var, entry in info["visible_devices"].items():
         lines.append(f"{var:<26} {entry['value'] if entry['value'] is not None else 'unset'}")
     lines.append(f"requested    {info['requested_device']}")
     if "device" in info:
         lines.append(f"chosen       {info['device']} with backend {info['backend']}, "
                      f"{info['devices_per_node']} device(s) per node")
-        lines.append(f"launcher     {info['launcher']}")
+    read = ", ".join(f"{k}={v}" for k, v in info["launch_environment"].items())
+    lines.append(f"launcher     {info['launcher']}" + (f", from {read}" if read else ""))
     if "launch_context" in info:
         lines.append(f"this process {info['launch_context']}")
+    for warning in info["warnings"]:
+        lines.append(f"WARNING      {warning}")
     for problem in info["problems"]:
         lines.append(f"PROBLEM      {problem}")
     if "next" in info:

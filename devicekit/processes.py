@@ -10,8 +10,10 @@ import ctypes
 import dataclasses
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -120,7 +122,7 @@ def _run_here(fn, args, ctx):
         destroy_process_group()
 
 
-def _child(index, fn, args, parent, kind_name, failed_at):
+def _child(index, fn, args, parent, kind_name, failures):
     # Die with the parent, whatever kills it: a rank must never outlive its run.
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -140,7 +142,10 @@ def _child(index, fn, args, parent, kind_name, failed_at):
         except BaseException as error:
             # When it failed, before leaving the group makes the other ranks fail too.
             if not (isinstance(error, SystemExit) and error.code in (0, None)):
-                failed_at[index] = time.time()
+                path = os.path.join(failures, str(index))
+                with open(f"{path}.tmp", "w", encoding="ascii") as stamp:
+                    stamp.write(repr(time.time()))
+                os.replace(f"{path}.tmp", path)  # the parent never reads half a time
             raise
 
     exit_on_usage_error(_run_here)(timed, args, ctx)
@@ -156,8 +161,10 @@ def _rank_environ(ctx: LaunchContext):
 
 def _supervise(fn, args, parent, kind):
     context = mp.get_context(kind.start_method)
-    failed_at = context.Array("d", parent.local_world_size, lock=False)
-    procs = [context.Process(target=_child, args=(i, fn, args, parent, kind.name, failed_at),
+    # A failing rank notes when it failed in a file here (no shared memory: handing its
+    # descriptor to a child that is then killed makes multiprocessing print a traceback).
+    failures = tempfile.mkdtemp(prefix="devicekit-launch-")
+    procs = [context.Process(target=_child, args=(i, fn, args, parent, kind.name, failures),
                              daemon=False)
              for i in range(parent.local_world_size)]
     previous = {}
@@ -181,7 +188,7 @@ def _supervise(fn, args, parent, kind):
                 index = running.pop(sentinel)
                 procs[index].join()
                 if procs[index].exitcode != 0:
-                    first = _first_failure(procs, failed_at)
+                    first = _first_failure(procs, failures)
                     procs[first].join(STOP_GRACE_S)  # its traceback, its own exit code
                     _stop(procs)
                     raise _failure(first, procs[first].exitcode)
@@ -189,16 +196,22 @@ def _supervise(fn, args, parent, kind):
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _stop(procs)
+        shutil.rmtree(failures, ignore_errors=True)
 
 
-def _first_failure(procs, failed_at):
+def _first_failure(procs, failures):
     """The rank whose failure came first among those that failed so far: a rank killed by
     a signal (it had no time to say), else the earliest one (the others typically failed
     because it left the collective)."""
+    failed_at = {}
+    for name in os.listdir(failures):
+        if name.isdigit():
+            with open(os.path.join(failures, name), encoding="ascii") as stamp:
+                failed_at[int(name)] = float(stamp.read())
     failed = [i for i, proc in enumerate(procs)
-              if proc.exitcode not in (None, 0) or failed_at[i]]
-    killed = [i for i in failed if (procs[i].exitcode or 0) < 0 and not failed_at[i]]
-    return killed[0] if killed else min(failed, key=lambda i: failed_at[i] or float("inf"))
+              if proc.exitcode not in (None, 0) or i in failed_at]
+    killed = [i for i in failed if (procs[i].exitcode or 0) < 0 and i not in failed_at]
+    return killed[0] if killed else min(failed, key=lambda i: failed_at.get(i, float("inf")))
 
 
 def _failure(index, code):

@@ -27,7 +27,19 @@ def make_data(n, seed):
     return TensorDataset(x, y)
 
 
-def main(local_rank, args):
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pretrained", default=None, help="backbone state_dict file")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--out", default="finetuned.pt")
+    # torch.distributed.launch appends --local-rank=N (devicekit reads LOCAL_RANK itself).
+    parser.add_argument("--local-rank", "--local_rank", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    devicekit.launch(train, args=(args,))
+
+
+def train(local_rank, args):
     devicekit.init_distributed()
     rank, world_size = dist.get_rank(), dist.get_world_size()
     device = devicekit.device()
@@ -74,11 +86,4 @@ def main(local_rank, args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--pretrained", default=None, help="backbone state_dict file")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--out", default="finetuned.pt")
-    # torch.distributed.launch appends --local-rank=N (devicekit reads LOCAL_RANK itself).
-    parser.add_argument("--local-rank", "--local_rank", type=int, help=argparse.SUPPRESS)
-    devicekit.launch(main, args=(parser.parse_args(),))
+    main()

@@ -72,7 +72,26 @@ def get_lr(it, args):
     return args.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (args.lr - args.min_lr)
 
 
-def main(local_rank, args):
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iters", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=8, help="per process and micro-step")
+    parser.add_argument("--accum", type=int, default=2, help="gradient accumulation steps")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--min-lr", type=float, default=3e-4)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--clip", type=float, default=1.0)
+    parser.add_argument("--no-amp", action="store_true")
+    parser.add_argument("--save-every", type=int, default=20)
+    parser.add_argument("--out", default="gpt_ckpt.pt")
+    # torch.distributed.launch appends --local-rank=N (devicekit reads LOCAL_RANK itself).
+    parser.add_argument("--local-rank", "--local_rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    devicekit.launch(train, args=(args,))
+
+
+def train(local_rank, args):
     devicekit.init_distributed()
     rank, world_size = devicekit.rank(), devicekit.world_size()
     device = devicekit.device()
@@ -117,18 +136,4 @@ def main(local_rank, args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--iters", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=8, help="per process and micro-step")
-    parser.add_argument("--accum", type=int, default=2, help="gradient accumulation steps")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--min-lr", type=float, default=3e-4)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--clip", type=float, default=1.0)
-    parser.add_argument("--no-amp", action="store_true")
-    parser.add_argument("--save-every", type=int, default=20)
-    parser.add_argument("--out", default="gpt_ckpt.pt")
-    # torch.distributed.launch appends --local-rank=N (devicekit reads LOCAL_RANK itself).
-    parser.add_argument("--local-rank", "--local_rank", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--resume", action="store_true")
-    devicekit.launch(main, args=(parser.parse_args(),))
+    main()

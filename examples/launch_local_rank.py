@@ -21,7 +21,17 @@ def batches(step, rank, world_size, batch_size, seed=0):
     return x[rank::world_size], y[rank::world_size]
 
 
-def main(local_rank, args):
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=-1)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=32, help="per process")
+    parser.add_argument("--out", default="launch_local_rank.pt")
+    args = parser.parse_args()
+    devicekit.launch(train, args=(args,))
+
+
+def train(local_rank, args):
     devicekit.init_distributed()
     rank, world_size = devicekit.rank(), devicekit.world_size()
     device = devicekit.device()
@@ -46,9 +56,4 @@ def main(local_rank, args):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=-1)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=32, help="per process")
-    parser.add_argument("--out", default="launch_local_rank.pt")
-    devicekit.launch(main, args=(parser.parse_args(),))
+    main()

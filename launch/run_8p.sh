@@ -15,6 +15,8 @@
 #   BIND_CORES=1    pin each rank to its share of this node's cores with taskset (and
 #                   give it that many compute threads unless OMP_NUM_THREADS is set)
 #   PYTHON          the interpreter (default python)
+#   MAX_RESTARTS=N  when a rank fails, stop all and start them again, up to N times (give
+#                   the script a way to continue, e.g. main.py --resume auto --save-every K)
 # Paths are relative to the directory you run it from. When any rank fails, the others are
 # stopped and the script exits with its exit code; SIGINT, SIGTERM or SIGHUP stop every
 # rank and exit 128 + the signal's number.
@@ -43,12 +45,18 @@ if [[ -z ${NPROC_PER_NODE:-} ]]; then
     NPROC_PER_NODE=$("$PYTHON" -m devicekit nproc) || exit 2
 fi
 is_count "$NPROC_PER_NODE" || die "NPROC_PER_NODE=$NPROC_PER_NODE must be a whole number >= 1"
+MAX_RESTARTS=${MAX_RESTARTS:-0}
+[[ $MAX_RESTARTS =~ ^[0-9]+$ ]] || die "MAX_RESTARTS=$MAX_RESTARTS must be a whole number >= 0"
+PORT_IS_OURS=0
 if (( NNODES > 1 )); then
     [[ -n ${MASTER_ADDR:-} ]] || die "NNODES=$NNODES needs MASTER_ADDR=<node 0's address> on every node"
     MASTER_PORT=${MASTER_PORT:-29500}
 else
     MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-    MASTER_PORT=${MASTER_PORT:-$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')}
+    if [[ -z ${MASTER_PORT:-} ]]; then
+        PORT_IS_OURS=1
+        MASTER_PORT=$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')
+    fi
 fi
 
 if (( $# == 0 )) && [[ $SCRIPT -ef $REPO/main.py ]]; then
@@ -82,44 +90,70 @@ for signal in INT:130 TERM:143 HUP:129; do
     trap "stop_all; echo 'run_8p: ${signal%%:*} received: stopped every rank' >&2; exit ${signal#*:}" "${signal%%:*}"
 done
 
-echo "run_8p: $NPROC_PER_NODE process(es) of $SCRIPT on node $NODE_RANK of $NNODES, master" \
-     "$MASTER_ADDR:$MASTER_PORT, logs in $LOG_DIR" >&2
-for (( i = 0; i < NPROC_PER_NODE; i++ )); do
-    rank=$(( NODE_RANK * NPROC_PER_NODE + i ))
-    bind=()
-    if [[ ${BIND_CORES:-0} == 1 ]]; then
-        share=()
-        for (( c = 0; c < PER; c++ )); do share+=("${CPUS[(i * PER + c) % ${#CPUS[@]}]}"); done
-        # One compute thread per core of its share, unless the user chose a number: the
-        # rank cannot tell that its cores are already its own and would split them again.
-        bind=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$PER}" taskset -c "$(IFS=,; echo "${share[*]}")")
-    fi
-    log="$LOG_DIR/rank_$i.log"
-    # setsid: each rank leads its own process group, so stopping it stops its loader workers.
-    if (( i == 0 )); then
-        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > >(tee "$log") 2>&1 &
-    else
-        LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > "$log" 2>&1 &
-    fi
-    RANK_OF[$!]=$i
-done
+# Each rank's log collects every attempt (MAX_RESTARTS), so it is emptied once, here.
+for (( i = 0; i < NPROC_PER_NODE; i++ )); do : > "$LOG_DIR/rank_$i.log"; done
 
-status=0
-while (( ${#RANK_OF[@]} > 0 )); do
-    finished=""
-    wait -n -p finished "${!RANK_OF[@]}" && code=0 || code=$?
-    [[ -n $finished ]] || break
-    rank=${RANK_OF[$finished]}
-    unset "RANK_OF[$finished]"
-    if (( code != 0 )); then
-        kill -KILL -- "-$finished" 2>/dev/null || true  # its loader workers, if any
-        echo "run_8p: local rank $rank failed first (exit code $code); see $LOG_DIR/rank_$rank.log;" \
-             "stopping the other ranks" >&2
-        tail -n 5 "$LOG_DIR/rank_$rank.log" >&2 || true
-        stop_all
-        status=$code
+start_ranks() {
+    local i rank log bind share c
+    for (( i = 0; i < NPROC_PER_NODE; i++ )); do
+        rank=$(( NODE_RANK * NPROC_PER_NODE + i ))
+        bind=()
+        if [[ ${BIND_CORES:-0} == 1 ]]; then
+            share=()
+            for (( c = 0; c < PER; c++ )); do share+=("${CPUS[(i * PER + c) % ${#CPUS[@]}]}"); done
+            # One compute thread per core of its share, unless the user chose a number: the
+            # rank cannot tell that its cores are already its own and would split them again.
+            bind=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$PER}" taskset -c "$(IFS=,; echo "${share[*]}")")
+        fi
+        log="$LOG_DIR/rank_$i.log"
+        # setsid: each rank leads its own process group, so stopping it stops its loader workers.
+        if (( i == 0 )); then
+            LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > >(tee -a "$log") 2>&1 &
+        else
+            LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" >> "$log" 2>&1 &
+        fi
+        RANK_OF[$!]=$i
+    done
+}
+
+# Waits for the ranks; when one fails, stops the others. Sets `status`.
+wait_ranks() {
+    local finished code rank
+    status=0
+    while (( ${#RANK_OF[@]} > 0 )); do
+        finished=""
+        wait -n -p finished "${!RANK_OF[@]}" && code=0 || code=$?
+        [[ -n $finished ]] || break
+        rank=${RANK_OF[$finished]}
+        unset "RANK_OF[$finished]"
+        if (( code != 0 )); then
+            kill -KILL -- "-$finished" 2>/dev/null || true  # its loader workers, if any
+            echo "run_8p: local rank $rank failed first (exit code $code); see $LOG_DIR/rank_$rank.log;" \
+                 "stopping the other ranks" >&2
+            tail -n 5 "$LOG_DIR/rank_$rank.log" >&2 || true
+            stop_all
+            RANK_OF=()
+            status=$code
+            break
+        fi
+    done
+    wait 2>/dev/null || true
+}
+
+attempt=0
+while true; do
+    echo "run_8p: $NPROC_PER_NODE process(es) of $SCRIPT on node $NODE_RANK of $NNODES, master" \
+         "$MASTER_ADDR:$MASTER_PORT, logs in $LOG_DIR" >&2
+    start_ranks "$@"
+    wait_ranks
+    if (( status == 0 || attempt >= MAX_RESTARTS )); then
         break
     fi
+    attempt=$(( attempt + 1 ))
+    echo "run_8p: restarting every rank (restart $attempt of MAX_RESTARTS=$MAX_RESTARTS)" >&2
+    if [[ $PORT_IS_OURS == 1 ]]; then
+        MASTER_PORT=$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')
+        export MASTER_PORT
+    fi
 done
-wait 2>/dev/null || true
 exit "$status"

@@ -1,5 +1,6 @@
 """Shared test helpers: a clean launcher environment and the repository root on the path."""
 
+import functools
 import os
 import sys
 
@@ -9,16 +10,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-LAUNCHER_VARS_PREFIXES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_",
-                          "GROUP_", "ROLE_", "NODE_RANK", "TORCHELASTIC", "SLURM", "OMPI_",
-                          "RANK_ID", "RANK_SIZE", "DEVICEKIT_", "CUDA_VISIBLE_DEVICES",
-                          "ASCEND_RT_VISIBLE_DEVICES")
+
+@functools.lru_cache(maxsize=None)
+def _launcher_variables():
+    # Imported when first needed, after the test modules imported torch: importing
+    # devicekit before torch would set TORCH_DEVICE_BACKEND_AUTOLOAD for every subprocess.
+    from devicekit import kinds
+    from devicekit.environments import ALL_VARIABLES
+
+    visible = {kinds.get(name).visible_devices_env for name in kinds.names()}
+    return frozenset(ALL_VARIABLES) | (visible - {None})
+
+
+def is_launcher_variable(key):
+    """Whether `key` makes a process look started by a launcher or chooses its device: a
+    variable some launch environment reads (devicekit.environments), a kind's
+    visible-devices variable, or one of devicekit's own settings."""
+    return key in _launcher_variables() or key.startswith("DEVICEKIT_")
 
 
 def clean_environ(**extra):
     """os.environ without any launcher or device-selection variable, plus `extra`."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(LAUNCHER_VARS_PREFIXES)}
+    env = {key: value for key, value in os.environ.items() if not is_launcher_variable(key)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     env.update({key: str(value) for key, value in extra.items()})
     return env
@@ -28,7 +41,7 @@ def clean_environ(**extra):
 def _no_launcher_environment(monkeypatch):
     """Tests start from an environment no launcher has touched."""
     for key in list(os.environ):
-        if key.startswith(LAUNCHER_VARS_PREFIXES):
+        if is_launcher_variable(key):
             monkeypatch.delenv(key)
 
 
@@ -41,3 +54,14 @@ def _fresh_devicekit_process_state():
     yield
     distributed.destroy_process_group()
     runtime.adopt(None, None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test of a module that draws its faults from FAULT_SEED names the seed."""
+    outcome = yield
+    report = outcome.get_result()
+    seed = getattr(item.module, "FAULT_SEED", None)
+    if report.failed and seed is not None:
+        report.sections.append(("fault seed", f"the faults of this run were drawn with seed "
+                                              f"{seed}: DEVICEKIT_FAULT_SEED={seed} repeats them"))

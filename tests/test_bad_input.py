@@ -67,13 +67,13 @@ def make_data_dir(root, train=("a", "b"), val=("a", "b"), per_class=2, empty=())
 
 
 def write_checkpoint(path, arch="tinynet"):
-    """A real training checkpoint, as main.py writes it."""
+    """A real training checkpoint, as main.py writes it after epoch 1."""
     model = models.create(arch, num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
     scheduler = state.make_scheduler(optimizer, 1, 0, "step", 2)
     state.save(os.path.dirname(path), state.checkpoint_state(
-        1, arch, model, 12.5, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False)),
-        True)
+        state.Position(1, 0, 12.5), arch, model, optimizer, scheduler,
+        torch.amp.GradScaler("cpu", enabled=False)), True)
     os.replace(os.path.join(os.path.dirname(path), state.CHECKPOINT), path)
     os.unlink(os.path.join(os.path.dirname(path), state.BEST))
     return path
@@ -85,6 +85,25 @@ def build_files(d):
     make_data_dir(os.path.join(d, "no_val"), val=())
     make_data_dir(os.path.join(d, "no_train"), train=())
     make_data_dir(os.path.join(d, "empty_class"), empty={("train", "b")})
+    make_data_dir(os.path.join(d, "few"))  # 4 training images
+    make_data_dir(os.path.join(d, "class_loop"))
+    os.symlink("cycle", os.path.join(d, "class_loop", "train", "cycle"))
+    make_data_dir(os.path.join(d, "image_loop"))
+    os.symlink("2.png", os.path.join(d, "image_loop", "train", "a", "2.png"))
+    os.symlink("self_loop", os.path.join(d, "self_loop"))
+    open(os.path.join(d, "a_file"), "w").close()
+    with open(os.path.join(d, "not_utf8.yaml"), "wb") as f:
+        f.write(b"arch: tinynet\nlr: \xff\n")
+    with open(os.path.join(d, "big.yaml"), "w") as f:
+        f.write('batch-size: "big"\n')
+    with open(os.path.join(d, "choice.yaml"), "w") as f:
+        f.write("lr-schedule: linear\n")
+    with open(os.path.join(d, "switch.yaml"), "w") as f:
+        f.write("dummy: 3\n")
+    with open(os.path.join(d, "duplicate.yaml"), "w") as f:
+        f.write("lr: 0.1\narch: tinynet\nlr: 0.2\n")
+    with open(os.path.join(d, "two_spellings.yaml"), "w") as f:
+        f.write("batch_size: 4\nbatch-size: 8\n")
     with open(os.path.join(d, "bad.yaml"), "w") as f:
         f.write("arch: [tinynet\nlr: 0.1\n")
     with open(os.path.join(d, "unknown.yaml"), "w") as f:
@@ -109,8 +128,10 @@ def build_files(d):
 
 # -- the cases ----------------------------------------------------------------------------
 
+# Each case's needles are the words of its own cause ({d}: the folder of the files above).
 Case = collections.namedtuple("Case", "id argv needles env dummy fake_npu marker",
                               defaults=(None, True, False, None))
+MP_2 = ["--multiprocessing-distributed", "--nproc-per-node", "2"]
 
 CASES = [
     Case("unknown-arch", ["-a", "resnt50"],
@@ -129,13 +150,47 @@ CASES = [
     Case("env-without-master-addr", [], ["MASTER_ADDR is not set", "torchrun"],
          env={k: v for k, v in ENV_LAUNCH.items() if k != "MASTER_ADDR"}),
     Case("mp-distributed-under-launcher", ["--multiprocessing-distributed"],
-         ["drop --multiprocessing-distributed"], env=ENV_LAUNCH),
+         ["--multiprocessing-distributed was given but a launcher already started this process",
+          "drop --multiprocessing-distributed"], env=ENV_LAUNCH),
     Case("world-size-without-rank", ["--world-size", "2"], ["--world-size 2 needs --rank"]),
+    Case("rank-without-world-size", ["--rank", "5"],
+         ["--rank 5 needs --world-size (the number of processes) too",
+          "a single process needs neither"]),
+    Case("nproc-without-mp-distributed", ["--nproc-per-node", "3"],
+         ["--nproc-per-node 3 only means something with --multiprocessing-distributed",
+          "add --multiprocessing-distributed or drop --nproc-per-node"]),
+    Case("dist-url-garbage", ["--dist-url", "garbage://"],
+         ["--dist-url 'garbage://' is not understood: use tcp://HOST:PORT or env://"]),
+    Case("dist-timeout-inf", ["--dist-timeout", "inf"],
+         ["--dist-timeout inf must be a positive, finite number of seconds"]),
+    Case("dist-timeout-nan", ["--dist-timeout", "nan"],
+         ["--dist-timeout nan must be a positive, finite number of seconds"]),
+    Case("dist-timeout-zero", ["--dist-timeout", "0"],
+         ["--dist-timeout 0.0 must be a positive, finite number of seconds"]),
+    Case("dist-timeout-negative", ["--dist-timeout", "-5"],
+         ["--dist-timeout -5.0 must be a positive, finite number of seconds"]),
+    Case("seed-2-to-the-70", ["--seed", str(2**70)],
+         [f"--seed {2**70} is out of range", f"from {-2**63} to {2**63 - 1}"]),
+    Case("seed-2-to-the-64-minus-1-two-ranks", MP_2 + ["--seed", str(2**64 - 1)],
+         [f"--seed {2**64 - 1} is out of range", "the rank and the epoch are added to it"]),
+    Case("output-dir-is-a-file", ["--output-dir", "{d}/a_file"],
+         ["--output-dir '{d}/a_file' already exists and is not a folder"]),
+    Case("output-dir-under-a-file", ["--output-dir", "{d}/a_file/out"],
+         ["--output-dir '{d}/a_file/out' cannot be made: '{d}/a_file' exists and is not a "
+          "folder"]),
+    Case("output-dir-under-proc", ["--output-dir", "/proc/x/y"],
+         ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"]),
+    Case("output-dir-under-proc-mp-distributed", MP_2 + ["--output-dir", "/proc/x/y"],
+         ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"]),
+    Case("output-dir-name-too-long", ["--output-dir", "{d}/" + "n" * 300 + "/out"],
+         ["--output-dir '{d}/" + "n" * 300 + "/out' cannot be made: the name "
+          "'nnnnnnnnnnnnnnnnnnnn'... is 300 bytes, over the file system's limit of"]),
     Case("npu-not-installed", ["--device", "npu"], ["--device npu", "torch_npu is not installed"]),
     Case("cuda-on-cpu-torch", ["--device", "cuda"], ["--device cuda", "no CUDA support"]),
-    # Without torch_npu the "not installed" line comes first; either answer is one line.
-    Case("ascend-visible-unordered", ["--device", "npu"], ["npu"],
-         env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"}),
+    # Without torch_npu, installing it is the first fix, whatever the device order says
+    # (the order itself: fake-npu-visible-unordered).
+    Case("ascend-visible-unordered", ["--device", "npu"],
+         ["--device npu: torch_npu is not installed"], env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"}),
     # The simulated torch_npu lets a CPU machine express device-index problems.
     Case("fake-npu-visible-unordered", ["--device", "npu"],
          ["ASCEND_RT_VISIBLE_DEVICES='1,0' is not in ascending order",
@@ -148,20 +203,52 @@ CASES = [
          ["LOCAL_RANK=1 but only 1 npu device(s) are visible"],
          env={**ENV_LAUNCH, "RANK": "1", "LOCAL_RANK": "1", "FAKE_NPU_COUNT": "1"},
          fake_npu=True),
-    Case("data-dir-missing", ["{d}/nowhere"], ["data directory", "does not exist"], dummy=False),
-    Case("data-dir-not-given", [], ["no data directory given", "--dummy"], dummy=False),
-    Case("data-without-train", ["{d}/no_train"], ["has no train/ folder", "DIR/train/<class>"],
+    Case("data-dir-missing", ["{d}/nowhere"], ["data directory '{d}/nowhere' does not exist"],
          dummy=False),
-    Case("data-without-val", ["{d}/no_val"], ["has no val/ folder", "DIR/val/<class>"],
+    Case("data-dir-not-given", [], ["no data directory given", "--dummy"], dummy=False),
+    Case("data-without-train", ["{d}/no_train"],
+         ["data directory '{d}/no_train' has no train/ folder", "DIR/train/<class>"],
+         dummy=False),
+    Case("data-without-val", ["{d}/no_val"],
+         ["data directory '{d}/no_val' has no val/ folder", "DIR/val/<class>"],
          dummy=False),
     Case("empty-class-folder", ["{d}/empty_class"],
-         ["class folder", "empty_class/train/b has no images"], dummy=False),
-    Case("config-missing", ["--config", "{d}/nowhere.yaml"], ["--config", "does not exist"]),
-    Case("config-not-yaml", ["--config", "{d}/bad.yaml"], ["bad.yaml' is not valid YAML at line"]),
+         ["class folder {d}/empty_class/train/b has no images"], dummy=False),
+    Case("data-fewer-images-than-a-batch", ["{d}/few"],
+         ["data directory '{d}/few' has 4 training images, fewer than one batch of "
+          "--batch-size 8", "lower --batch-size or add images"], dummy=False),
+    Case("data-symlink-loop-among-classes", ["{d}/class_loop"],
+         ["data path {d}/class_loop/train/cycle cannot be read (Too many levels of symbolic "
+          "links)"], dummy=False),
+    Case("data-symlink-loop-among-images", ["{d}/image_loop"],
+         ["data path {d}/image_loop/train/a/2.png cannot be read (Too many levels of symbolic "
+          "links)"], dummy=False),
+    Case("data-dir-symlink-loop", ["{d}/self_loop"],
+         ["data directory '{d}/self_loop' cannot be opened (Too many levels of symbolic links)"],
+         dummy=False),
+    Case("config-missing", ["--config", "{d}/nowhere.yaml"],
+         ["--config '{d}/nowhere.yaml' does not exist"]),
+    Case("config-is-a-directory", ["--config", "{d}"],
+         ["--config '{d}' is a directory: pass a YAML file"]),
+    Case("config-not-utf8", ["--config", "{d}/not_utf8.yaml"],
+         ["--config '{d}/not_utf8.yaml' is not UTF-8 text"]),
+    Case("config-not-yaml", ["--config", "{d}/bad.yaml"],
+         ["--config '{d}/bad.yaml' is not valid YAML at line 2"]),
+    Case("config-value-not-an-int", ["--config", "{d}/big.yaml"],
+         ["--config '{d}/big.yaml': batch-size: 'big' is not an int"]),
+    Case("config-value-not-a-choice", ["--config", "{d}/choice.yaml"],
+         ["--config '{d}/choice.yaml': lr-schedule: 'linear' is not one of step, cosine"]),
+    Case("config-switch-not-a-bool", ["--config", "{d}/switch.yaml"],
+         ["--config '{d}/switch.yaml': dummy: 3 is not true or false"]),
+    Case("config-duplicate-key", ["--config", "{d}/duplicate.yaml"],
+         ["--config '{d}/duplicate.yaml' gives lr twice (lines 1 and 3): keep one"]),
+    Case("config-key-in-two-spellings", ["--config", "{d}/two_spellings.yaml"],
+         ["--config '{d}/two_spellings.yaml' gives batch-size twice (as batch_size and "
+          "batch-size)"]),
     Case("config-not-mapping", ["--config", "{d}/list.yaml"],
-         ["must be a mapping of option: value, not a list"]),
+         ["--config '{d}/list.yaml' must be a mapping of option: value, not a list"]),
     Case("config-unknown-key", ["--config", "{d}/unknown.yaml"],
-         ["has unknown option(s): bogus-key"]),
+         ["--config '{d}/unknown.yaml' has unknown option(s): bogus-key"]),
     Case("config-python-tag", ["--config", "{d}/tag.yaml"],
          ["could not determine a constructor", "python/object/apply:os.system",
           "refused (safe_load)"], marker="yaml_marker"),
@@ -172,26 +259,38 @@ CASES = [
     Case("workers-negative", ["--workers", "-1"], ["--workers -1 must be at least 0"]),
     Case("batch-zero", ["-b", "0"], ["--batch-size 0 must be at least 1"]),
     Case("resume-missing", ["--resume", "{d}/nowhere.pth.tar"],
-         ["--resume", "nowhere.pth.tar' does not exist"]),
+         ["--resume '{d}/nowhere.pth.tar' does not exist"]),
+    Case("resume-finished-run", ["--resume", "{d}/good.pth.tar"],
+         ["--resume '{d}/good.pth.tar' finished at epoch 1, and --epochs 1 leaves nothing to "
+          "train", "pass --epochs 2 or more to train on, or --evaluate"]),
     Case("resume-random-bytes", ["--resume", "{d}/random.pth.tar"],
-         ["random.pth.tar' is corrupt or not written by torch.save", "intact copy"]),
+         ["--resume checkpoint '{d}/random.pth.tar' is corrupt or not written by torch.save",
+          "intact copy"]),
     Case("resume-empty-file", ["--resume", "{d}/empty.pth.tar"],
-         ["empty.pth.tar' is truncated or not a PyTorch checkpoint"]),
+         ["--resume checkpoint '{d}/empty.pth.tar' is truncated or not a PyTorch checkpoint"]),
     Case("resume-truncated", ["--resume", "{d}/truncated.pth.tar"],
-         ["truncated.pth.tar' is truncated or not a PyTorch checkpoint", "intact copy"]),
-    Case("resume-other-arch", ["-a", "tinynet_nobn", "--resume", "{d}/good.pth.tar"],
-         ["was written for --arch tinynet, not tinynet_nobn", "pass --arch tinynet"]),
+         ["--resume checkpoint '{d}/truncated.pth.tar' is truncated or not a PyTorch "
+          "checkpoint", "intact copy"]),
+    Case("resume-other-arch", ["-a", "tinynet_nobn", "--epochs", "2",
+                               "--resume", "{d}/good.pth.tar"],
+         ["--resume '{d}/good.pth.tar' was written for --arch tinynet, not tinynet_nobn",
+          "pass --arch tinynet"]),
     Case("resume-not-a-training-checkpoint", ["--resume", "{d}/not_a_checkpoint.pth.tar"],
-         ["is not a training checkpoint", "epoch, arch, state_dict, optimizer"]),
+         ["--resume '{d}/not_a_checkpoint.pth.tar' is not a training checkpoint",
+          "epoch, arch, state_dict, optimizer"]),
     Case("resume-malicious-torch-save", ["--resume", "{d}/evil_torch.pth.tar"],
-         ["holds objects other than tensors", "weights_only=True", "posix.system"],
+         ["--resume checkpoint '{d}/evil_torch.pth.tar' holds objects other than tensors",
+          "weights_only=True", "posix.system"],
          marker="torch_marker"),
     Case("resume-malicious-pickle", ["--resume", "{d}/evil_pickle.pth.tar"],
-         ["holds objects other than tensors", "weights_only=True"], marker="pickle_marker"),
+         ["--resume checkpoint '{d}/evil_pickle.pth.tar' holds objects other than tensors",
+          "weights_only=True"], marker="pickle_marker"),
     Case("pretrained-malicious", ["--pretrained", "{d}/evil_torch.pth.tar"],
-         ["--pretrained file", "weights_only=True"], marker="torch_marker"),
+         ["--pretrained file '{d}/evil_torch.pth.tar' holds objects other than tensors",
+          "weights_only=True"], marker="torch_marker"),
     Case("pretrained-other-arch", ["-a", "tinynet_nobn", "--pretrained", "{d}/good.pth.tar"],
-         ["does not fit this model", "missing", "check --arch"]),
+         ["--pretrained '{d}/good.pth.tar' does not fit this model", "missing (e.g.",
+          "check --arch"]),
     Case("pretrained-without-path", ["--pretrained"],
          ["--pretrained needs a PATH", "cannot download weights"]),
     Case("unknown-flag", ["--bogus"], ["unrecognized arguments: --bogus", "--help"]),
@@ -209,8 +308,8 @@ def run_main(argv, env=None, fake_npu=False, cwd=None):
 
 
 def run_case(case, d):
-    argv = TINY + (["--dummy"] if case.dummy else []) + [a.format(d=d) for a in case.argv]
-    argv += ["--output-dir", os.path.join(d, f"out-{case.id}")]
+    argv = TINY + ["--output-dir", os.path.join(d, f"out-{case.id}")]  # the case's own wins
+    argv += (["--dummy"] if case.dummy else []) + [a.format(d=d) for a in case.argv]
     env = {key: value.format(d=d) for key, value in (case.env or {}).items()}
     return run_main(argv, env, case.fake_npu, cwd=d)
 
@@ -255,7 +354,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, file
         if NpuKind.is_installed():
             pytest.skip("torch_npu is installed here")
     result = outcomes[case_id].result(timeout=TIMEOUT_S * 2)
-    assert_one_line_error(result, case.needles)
+    assert_one_line_error(result, [needle.format(d=files) for needle in case.needles])
     out = os.path.join(files, f"out-{case_id}")
     assert not os.path.exists(out) or not os.listdir(out), os.listdir(out)
     if case.marker:

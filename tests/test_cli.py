@@ -27,7 +27,8 @@ def test_doctor_json_explains_this_machine():
     assert info["next"] == "python -m devicekit check --nproc-per-node 2"
     assert info["problems"] == []
     assert set(info["hccl"]) >= {"HCCL_CONNECT_TIMEOUT", "HCCL_IF_IP"}
-    assert set(info["visible_devices"]) == {"ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}
+    assert set(info["visible_devices"]) == {"ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+                                            "ZE_AFFINITY_MASK"}
 
 
 def test_doctor_sees_the_launcher_and_reports_problems():

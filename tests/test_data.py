@@ -11,12 +11,15 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import ROOT, clean_environ
 from devicekit.errors import UsageError
 from trainer import demo_data
 from trainer.data import (IMAGENET_MEAN, IMAGENET_STD, DummyImageNet, ImageFolder,
                           RandomHorizontalFlip, RandomResizedCrop, build_datasets,
-                          check_num_classes, normalize, train_transform, val_transform)
+                          check_data_dir, check_num_classes, decode, normalize, train_transform,
+                          val_transform)
 from trainer.demo_data import MARKER, SHAPES, make_demo_dataset
+from trainer.options import parse_args
 
 
 def write_image(path, colour=(10, 20, 30), size=(12, 9)):
@@ -101,16 +104,45 @@ def test_image_folder_classes_sorted_and_labels(tmp_path):
     dataset = ImageFolder(root)
     assert dataset.classes == ["ant", "mole", "zebra"]
     assert dataset.class_to_idx == {"ant": 0, "mole": 1, "zebra": 2}
-    names = [(os.path.relpath(path, root), label) for path, label in dataset.samples]
+    names = [(os.path.relpath(path, root), label)
+             for path, label in map(dataset.sample, range(len(dataset)))]
     assert names == [("ant/UPPER.JPG", 0), ("ant/img0.png", 0), ("ant/img1.png", 0),
                      ("mole/img0.png", 1), ("mole/img1.png", 1),
                      ("zebra/img0.png", 2), ("zebra/img1.png", 2)]
+    assert dataset.targets.tolist() == [0, 0, 0, 1, 1, 2, 2]
     image, label = dataset[3]
     assert label == 1 and image.dtype == torch.uint8 and image.shape == (3, 9, 12)
     assert image[:, 0, 0].tolist() == [0, 0, 0]
     image, _ = ImageFolder(root, val_transform(8))[0]
     assert image.shape == (3, 8, 8) and image.dtype == torch.uint8
     pickle.loads(pickle.dumps(ImageFolder(root, train_transform(8))))  # goes to workers
+
+
+def test_image_folder_holds_no_python_object_per_file(tmp_path):
+    """Forked DataLoader workers keep sharing the file list's pages only if reading it
+    writes no reference counts: numpy arrays, not a list of (path, label) per file."""
+    root = make_tree(str(tmp_path / "data"), classes=("a", "b", "c"), per_class=30)
+    write_image(os.path.join(root, "b", "\u00fcber.png"), colour=(5, 6, 7))
+    undecodable = os.path.join(os.fsencode(root), b"c", b"caf\xe9.png")  # not UTF-8
+    Image.new("RGB", (12, 9), (8, 9, 10)).save(undecodable, format="PNG")
+    dataset = ImageFolder(root)
+    assert len(dataset) == 92
+    for name, value in vars(dataset).items():
+        if isinstance(value, (list, tuple, dict, set, str, bytes)):
+            assert len(value) < len(dataset), name  # per class, not per file
+        elif isinstance(value, np.ndarray):
+            assert value.dtype != object, name
+    assert isinstance(dataset.targets, np.ndarray)
+    assert dataset.targets.tolist() == [0] * 30 + [1] * 31 + [2] * 31
+    expected = [(os.path.join(root, name, file), label)
+                for label, name in enumerate("abc")
+                for file in sorted(os.listdir(os.path.join(root, name)))]
+    assert [dataset.sample(index) for index in range(len(dataset))] == expected
+    assert dataset[60][0][:, 0, 0].tolist() == [5, 6, 7]  # b/über.png, the last of b
+    assert dataset[61][0][:, 0, 0].tolist() == [8, 9, 10]  # c/caf\xe9.png, the first of c
+    assert os.fsencode(dataset.sample(61)[0]) == undecodable
+    copy = pickle.loads(pickle.dumps(dataset))  # goes to spawned workers
+    assert copy.sample(61) == dataset.sample(61) and len(copy) == len(dataset)
 
 
 def test_image_folder_errors(tmp_path):
@@ -200,6 +232,44 @@ def test_build_datasets_errors(tmp_path):
         build_datasets(too_many, False, 16, 1, seed=0)
 
 
+def test_check_data_dir_wants_one_batch_of_training_images(tmp_path):
+    data = make_data_dir(tmp_path / "data")  # train/: 2 cats, 2 dogs
+    for name in ("notes.txt", ".hidden.png"):  # not images, as ImageFolder sees them
+        open(os.path.join(data, "train", "cat", name), "w").close()
+    folders = (os.path.join(data, "train"), os.path.join(data, "val"))
+    assert check_data_dir(data, False, batch_size=4) == folders
+    with pytest.raises(UsageError) as error:
+        check_data_dir(data, False, batch_size=5)
+    assert str(error.value) == (f"data directory {data!r} has 4 training images, fewer than one "
+                                "batch of --batch-size 5: lower --batch-size or add images")
+    # Counting stops at the class folder that completes a batch: a later empty one is left
+    # to ImageFolder, and named when the count reaches it.
+    os.makedirs(os.path.join(data, "train", "eel"))
+    assert check_data_dir(data, False, batch_size=2) == folders
+    with pytest.raises(UsageError, match="class folder .*train/eel has no images"):
+        check_data_dir(data, False, batch_size=5)
+    assert check_data_dir(None, True, batch_size=10**9) == (None, None)  # --dummy: no files
+
+
+def test_symlink_loops_are_one_usage_error_naming_the_path(tmp_path):
+    data = make_data_dir(tmp_path / "data")
+    loop = os.path.join(data, "train", "cat", "loop.png")
+    os.symlink("loop.png", loop)
+    for check in (lambda: ImageFolder(os.path.join(data, "train")),
+                  lambda: check_data_dir(data, False, batch_size=4)):
+        with pytest.raises(UsageError) as error:
+            check()
+        assert str(error.value) == (f"data path {loop} cannot be read (Too many levels of "
+                                    "symbolic links): fix it or remove it")
+    looped = tmp_path / "looped"
+    os.symlink("looped", looped)
+    with pytest.raises(UsageError, match=r"data directory '.*looped' cannot be opened \(Too "
+                                         r"many levels of symbolic links\)"):
+        check_data_dir(str(looped), False)
+    with pytest.raises(UsageError, match=r"image folder '.*looped' cannot be opened"):
+        ImageFolder(str(looped))
+
+
 def test_check_num_classes(tmp_path):
     dataset = ImageFolder(make_tree(str(tmp_path / "data"), classes=("a", "b", "c")))
     assert check_num_classes(dataset, 3) == 3
@@ -251,12 +321,156 @@ def test_flip_and_crop_pieces():
     assert RandomResizedCrop(8, scale=(1.0, 1.0), ratio=(2.0, 2.0)).box(40, 30) == (0, 5, 40, 20)
 
 
+def smooth_jpeg(path, size=(500, 375)):
+    """A photo-sized JPEG (quality 90) of smooth colour waves, as a photo's content."""
+    x = np.linspace(0, 6 * np.pi, size[0])[None, :, None]
+    y = np.linspace(0, 4 * np.pi, size[1])[:, None, None]
+    phase = np.array([0.0, 2.0, 4.0])
+    pixels = 128 + 60 * np.sin(x + phase) * np.cos(y * 0.7 + phase) + 40 * np.sin(x * 0.3 + y)
+    Image.fromarray(np.uint8(np.clip(pixels, 0, 255))).save(path, quality=90)
+    return path
+
+
+def test_decode_reduces_an_undecoded_jpeg_only_as_far_as_asked(tmp_path):
+    path = smooth_jpeg(str(tmp_path / "photo.jpg"))
+    for at_least, factor, size in (((120, 90), 4, (125, 94)), ((100, 40), 4, (125, 94)),
+                                   ((200, 150), 2, (250, 188)), ((60, 40), 8, (63, 47)),
+                                   ((300, 100), 1, (500, 375)), (None, 1, (500, 375))):
+        with Image.open(path) as image:
+            decoded, got = decode(image, at_least)
+            assert (got, decoded.size, decoded.mode) == (factor, size, "RGB"), at_least
+    with Image.open(path) as image:
+        assert decode(image.convert("RGB"), (60, 40))[1] == 1  # already decoded: as it is
+    png = str(tmp_path / "photo.png")
+    Image.open(path).save(png)
+    with Image.open(png) as image:
+        assert decode(image, (60, 40))[1] == 1  # no DCT to reduce in
+
+
+@pytest.mark.parametrize("size", [32, 64, 112])
+def test_reduced_decode_keeps_the_crops_and_flips_and_nearly_the_pixels(tmp_path, size):
+    """The same random draws as a full decode (the same boxes, flips and generator state
+    after), the same output size, and pixels within a few levels: the crop box is mapped
+    into the reduced image, not merely taken from it."""
+    path = smooth_jpeg(str(tmp_path / "photo.jpg"))
+    transform = train_transform(size)
+    with Image.open(path) as image:
+        full_image = image.convert("RGB")
+    differences = []
+    for seed in range(12):
+        torch.manual_seed(seed)
+        full = transform(full_image)
+        after_full = torch.get_rng_state()
+        torch.manual_seed(seed)
+        with Image.open(path) as image:
+            reduced = transform(image)
+        assert torch.equal(torch.get_rng_state(), after_full), seed
+        assert reduced.shape == full.shape == (3, size, size) and reduced.dtype == torch.uint8
+        differences.append((reduced.int() - full.int()).abs().float().mean().item())
+    assert max(differences) < 1.0, differences
+    assert any(difference > 0 for difference in differences)  # some crops were reduced
+
+
+def test_transforms_take_any_image_mode(tmp_path):
+    """ImageFolder hands the transforms images in the file's own mode (not yet decoded):
+    each gives RGB."""
+    root = str(tmp_path / "data")
+    os.makedirs(os.path.join(root, "a"))
+    Image.new("L", (40, 30), 77).save(os.path.join(root, "a", "grey.jpg"), quality=100)
+    Image.new("RGBA", (40, 30), (10, 20, 30, 255)).save(os.path.join(root, "a", "rgba.png"))
+    Image.new("RGB", (40, 30), (204, 102, 0)).convert("P").save(os.path.join(root, "a", "p.png"))
+    expected = {"grey.jpg": [77] * 3, "rgba.png": [10, 20, 30], "p.png": [204, 102, 0]}
+    for transform in (None, train_transform(16), val_transform(16)):
+        dataset = ImageFolder(root, transform)
+        for index in range(len(dataset)):
+            image, _ = dataset[index]
+            name = os.path.basename(dataset.sample(index)[0])
+            assert image.dtype == torch.uint8 and image.shape[0] == 3, name
+            assert image[:, 2, 2].tolist() == expected[name], (name, transform)
+
+
 def test_val_transform_resizes_shorter_side_then_center_crops():
     image = Image.new("RGB", (300, 100), (0, 0, 0))
     image.paste((255, 255, 255), (140, 0, 160, 100))  # a white stripe in the middle
     out = val_transform(56)(image)  # shorter side -> 64, so 192 x 64, then the centre 56 x 56
     assert out.shape == (3, 56, 56)
     assert out[:, :, 28].min().item() == 255 and out[:, :, 0].max().item() == 0
+
+
+# --------------------------------------------------------------------- the training recipe
+
+def test_recipe_options_reach_the_training_samples(tmp_path):
+    """--crop-scale, --no-flip and --no-augment as build_datasets applies them: on a square
+    image, crops of the whole area leave only the flip to chance."""
+    root = str(tmp_path / "data")
+    for split in ("train", "val"):
+        os.makedirs(os.path.join(root, split, "a"))
+        gradient_image(40, 40).save(os.path.join(root, split, "a", "0.png"))
+
+    def samples(**recipe):
+        train, val = build_datasets(root, False, 16, 1, seed=0, **recipe)
+        outputs = []
+        for seed in range(16):
+            torch.manual_seed(seed)
+            outputs.append(train[0][0])
+        return outputs, val[0][0]
+
+    whole, _ = samples(crop_scale=(1.0, 1.0), flip=False)
+    assert all(torch.equal(image, whole[0]) for image in whole)
+    flipped, _ = samples(crop_scale=(1.0, 1.0))
+    assert {torch.equal(image, whole[0]) for image in flipped} == {True, False}
+    assert all(torch.equal(image, whole[0]) or torch.equal(image, whole[0].flip(-1))
+               for image in flipped)
+    reference, _ = samples()  # 0.08-1 of the area: other crops
+    assert sum(torch.equal(image, whole[0]) for image in reference) < 4
+    plain, val = samples(augment=False)  # the validation transform
+    assert all(torch.equal(image, val) for image in plain)
+
+
+def test_recipe_flags_and_yaml_keys(tmp_path):
+    out = ["--dummy", "--output-dir", str(tmp_path)]
+    args = parse_args(out)
+    assert (tuple(args.crop_scale), args.flip, args.augment) == ((0.08, 1.0), True, True)
+    args = parse_args(out + ["--crop-scale", "0.35", "1", "--no-flip"])
+    assert (tuple(args.crop_scale), args.flip, args.augment) == ((0.35, 1.0), False, True)
+    assert parse_args(out + ["--no-augment"]).augment is False
+    config = tmp_path / "recipe.yaml"
+    config.write_text("crop-scale: [0.5, 1]\nflip: false\n")
+    args = parse_args(out + ["--config", str(config)])
+    assert (tuple(args.crop_scale), args.flip) == ((0.5, 1.0), False)
+    args = parse_args(out + ["--config", str(config), "--crop-scale", "0.2", "0.9"])
+    assert tuple(args.crop_scale) == (0.2, 0.9)  # the command line wins
+    config.write_text("augment: false\n")
+    assert parse_args(out + ["--config", str(config)]).augment is False
+
+
+@pytest.mark.parametrize("argv, yaml_text, message", [
+    (["--crop-scale", "0", "1"], None, "--crop-scale 0 1 must satisfy 0 < MIN <= MAX <= 1"),
+    (["--crop-scale", "0.9", "0.5"], None, "--crop-scale 0.9 0.5 must satisfy"),
+    (["--crop-scale", "0.5", "1.5"], None, "--crop-scale 0.5 1.5 must satisfy"),
+    (["--crop-scale", "0.5", "1", "--no-augment"], None,
+     "--crop-scale 0.5 1 does nothing with --no-augment"),
+    ([], "crop-scale: 0.5\n", "crop-scale: 0.5 is not a list of 2 values, [MIN, MAX]"),
+    ([], "crop-scale: [0.5, big]\n", "crop-scale: 'big' is not a number"),
+    ([], "flip: no thanks\n", "flip: 'no thanks' is not true or false"),
+])
+def test_bad_recipe_values_are_one_usage_error(tmp_path, argv, yaml_text, message):
+    if yaml_text is not None:
+        (tmp_path / "recipe.yaml").write_text(yaml_text)
+        argv = argv + ["--config", str(tmp_path / "recipe.yaml")]
+    with pytest.raises(UsageError) as error:
+        parse_args(argv + ["--dummy", "--output-dir", str(tmp_path)])
+    assert message in str(error.value)
+
+
+def test_bad_crop_scale_exits_2_with_one_line(tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--dummy",
+                             "--crop-scale", "0", "1", "--output-dir", str(tmp_path)],
+                            env=clean_environ(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --crop-scale 0 1 must satisfy 0 < MIN <= MAX <= 1 (fractions of the image's "
+        "area)"]
 
 
 # --------------------------------------------------------------------- demo data

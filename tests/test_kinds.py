@@ -1,5 +1,6 @@
 """Each device kind's decisions, the registry, detection and backend mapping."""
 
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from devicekit.errors import UsageError
 from devicekit.kinds.visible import parse_ascend, parse_cuda
 
 from conftest import clean_environ
+from processes import Processes
 
 
 @pytest.fixture
@@ -29,17 +31,17 @@ def fake_cuda(monkeypatch):
 
 
 def test_registry_names_and_aliases():
-    assert kinds.names() == ["npu", "cuda", "cpu"]
+    assert kinds.names() == ["npu", "cuda", "xpu", "cpu"]
     assert kinds.get("gpu") is kinds.get("cuda")
     assert kinds.get("CPU").name == "cpu"
     with pytest.raises(UsageError, match="unknown device 'tpu': choose one of auto, npu, cuda, "
-                                         "cpu, gpu"):
+                                         "xpu, cpu, gpu"):
         kinds.get("tpu")
 
 
 @pytest.mark.parametrize("name,backend,visible", [
     ("cpu", "gloo", None), ("cuda", "nccl", "CUDA_VISIBLE_DEVICES"),
-    ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES")])
+    ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES"), ("xpu", "xccl", "ZE_AFFINITY_MASK")])
 def test_backend_and_visible_variable(name, backend, visible):
     kind = kinds.get(name)
     assert kind.backend == backend
@@ -48,7 +50,7 @@ def test_backend_and_visible_variable(name, backend, visible):
 
 def test_torch_default_backend_map_agrees():
     # Where torch knows the device, devicekit's answer is torch's answer.
-    for name in ("cpu", "cuda"):
+    for name in ("cpu", "cuda", "xpu"):
         assert kinds.get(name).backend == torch.distributed.get_default_backend_for_device(name)
 
 
@@ -146,13 +148,16 @@ def test_visible_device_parsers():
     (None, "cpu", "gloo", False), ("gloo", "cpu", "gloo", False),
     ("nccl", "cpu", "gloo", True), ("hccl", "cpu", "gloo", True),
     ("nccl", "npu", "hccl", True), ("gloo", "npu", "hccl", True),
-    ("gloo", "cuda", "gloo", False), ("hccl", "cuda", "nccl", True)])
+    ("gloo", "cuda", "gloo", False), ("hccl", "cuda", "nccl", True),
+    ("xccl", "cpu", "gloo", True), ("nccl", "xpu", "xccl", True), ("gloo", "xpu", "gloo", False)])
 def test_backend_that_contradicts_the_device_is_mapped(requested, kind, expected, warns, capsys):
     assert resolve_backend(kinds.get(kind), requested) == expected
     err = capsys.readouterr().err
     assert (err.count("warning") == 1) == warns
     if requested == "hccl" and warns:
         assert "Habana" in err
+    if requested == "xccl" and warns:
+        assert "backend='xccl' is for Intel GPUs, not cpu; using gloo" in err
 
 
 def test_amp_helpers():
@@ -194,3 +199,176 @@ def test_import_devicekit_leaves_torch_npu_alone_and_switches_autoload_off():
     out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "1"  # the user's choice stands
+
+
+# -- Intel XPU: a CUDA-like kind in one module, against a simulated torch.xpu -------------------
+
+@pytest.fixture
+def fake_xpu(monkeypatch):
+    """Pretend torch was built for Intel GPUs with two visible; record every torch.xpu call."""
+    calls = []
+
+    def recorded(name, result=None):
+        def call(*args):
+            calls.append((name, *args))
+            return result
+        return call
+
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: torch.device("xpu"))
+    for name, result in (("device_count", 2), ("set_device", None), ("synchronize", None),
+                         ("current_device", 1), ("memory_allocated", 512)):
+        monkeypatch.setattr(torch.xpu, name, recorded(name, result))
+    return calls
+
+
+def test_xpu_kind_decisions(fake_xpu):
+    xpu = kinds.get("xpu")
+    assert (xpu.backend, xpu.visible_devices_env, xpu.start_method) == (
+        "xccl", "ZE_AFFINITY_MASK", "spawn")
+    assert xpu.is_available() and xpu.device_count() == 2
+    assert xpu.ddp_device_ids(1) == [1] and xpu.pin_memory
+    assert xpu.amp_dtype() == torch.float16 and xpu.needs_grad_scaler(torch.float16)
+    assert xpu.device(1) == torch.device("xpu", 1)
+    xpu.set_device(1)
+    xpu.synchronize()
+    assert (xpu.current_device(), xpu.memory("memory_allocated")) == (1, 512)
+    assert fake_xpu[-4:] == [("set_device", 1), ("synchronize",), ("current_device",),
+                             ("memory_allocated",)]
+
+
+def test_auto_detection_finds_the_xpu(fake_xpu):
+    assert resolve_kind().name == "xpu"
+
+
+def test_xpu_amp_uses_the_xpu_device_type(fake_xpu):
+    devicekit.runtime.kind("xpu")
+    with devicekit.autocast(enabled=True) as context:
+        assert context.device == "xpu" and context.fast_dtype == torch.float16
+    scaler = devicekit.GradScaler(enabled=True)
+    assert scaler.is_enabled() and scaler._device == "xpu"
+
+
+@pytest.mark.parametrize("mask, parsed", [("0,1", [0, 1]), ("0.0,0.1", ["0.0", "0.1"]),
+                                          ("1", [1]), ("", [])])
+def test_ze_affinity_mask_devices_and_tiles(mask, parsed, monkeypatch):
+    assert kinds.get("xpu").visible_devices({"ZE_AFFINITY_MASK": mask}) == parsed
+
+
+@pytest.mark.parametrize("mask, says", [
+    ("0,a", "'a' is not a device (N) or a tile of one (N.M)"), ("0,0", "lists device 0 twice"),
+    ("0,,1", "has an empty entry")])
+def test_bad_ze_affinity_mask_fails_before_any_xpu_call(fake_xpu, monkeypatch, mask, says):
+    monkeypatch.setenv("ZE_AFFINITY_MASK", mask)
+    with pytest.raises(UsageError, match=re.escape(f"ZE_AFFINITY_MASK={mask!r}") + ".*"
+                       + re.escape(says)):
+        resolve_kind("xpu")
+    assert fake_xpu == []
+
+
+def test_xpu_on_a_build_without_it_explains_itself():
+    with pytest.raises(UsageError, match=r"^--device xpu: this torch has no XPU support "
+                                         r"\(torch.accelerator reports None\); install torch's "
+                                         r"XPU build"):
+        resolve_kind("xpu", source="--device")
+
+
+# -- DeviceKind is an abstract base; register_kind() adds a kind from the user's code ------------
+
+class TwinCpu(kinds.cpu.CpuKind):
+    """A user's own kind: the CPU under another name."""
+
+    name = "twincpu"
+
+
+@pytest.fixture
+def registry():
+    """The kinds registry, restored after the test."""
+    saved = dict(kinds._REGISTRY)
+    yield
+    kinds._REGISTRY.clear()
+    kinds._REGISTRY.update(saved)
+
+
+def test_a_kind_must_answer_probe_and_device_count():
+    class Incomplete(kinds.DeviceKind):
+        name = "half"
+
+        def probe(self):
+            return True, ""
+
+    with pytest.raises(TypeError, match="device_count"):
+        Incomplete()
+
+
+def test_register_kind_before_the_cpu_fallback(registry, monkeypatch):
+    devicekit.register_kind(TwinCpu())
+    assert kinds.names() == ["npu", "cuda", "xpu", "twincpu", "cpu"]
+    assert resolve_kind().name == "twincpu"  # auto-detection tries it before the CPU
+    assert resolve_kind("twincpu").name == "twincpu"
+    monkeypatch.setenv("DEVICEKIT_DEVICE", "twincpu")
+    assert resolve_kind().name == "twincpu"
+    devicekit.register_kind(TwinCpu())  # the script's module imported a second time
+    assert kinds.names().count("twincpu") == 1
+
+
+def test_register_kind_at_a_chosen_place(registry):
+    devicekit.register_kind(TwinCpu(), before="npu")
+    assert kinds.names()[0] == "twincpu"
+
+
+@pytest.mark.parametrize("make, error, says", [
+    (lambda: object(), TypeError, "takes a devicekit DeviceKind"),
+    (lambda: type("Cuda2", (TwinCpu,), {"name": "cuda"})(), UsageError,
+     "a device kind named 'cuda' is registered already (CudaKind)"),
+    (lambda: type("Gpu", (TwinCpu,), {"name": "gpu"})(), UsageError,
+     "Gpu.name='gpu' must be a lower-case device type other than auto and gpu"),
+    (lambda: type("Loud", (TwinCpu,), {"name": "Loud"})(), UsageError, "must be a lower-case"),
+])
+def test_register_kind_refuses(registry, make, error, says):
+    with pytest.raises(error, match=re.escape(says)):
+        devicekit.register_kind(make())
+
+
+def test_register_kind_before_an_unknown_kind(registry):
+    with pytest.raises(UsageError, match=r"register_kind\(before='tpu'\): no such kind; "
+                                         r"choose one of npu, cuda, xpu, cpu"):
+        devicekit.register_kind(TwinCpu(), before="tpu")
+
+
+_SCRIPT = """
+import sys
+import devicekit
+from devicekit.kinds.cpu import CpuKind
+
+
+class TwinCpu(CpuKind):
+    name = "twincpu"
+
+
+devicekit.register_kind(TwinCpu())  # at import time: launch()'s spawned ranks run it too
+
+
+def main(local_rank):
+    devicekit.init_distributed()
+    # One write per line: both ranks write to one unbuffered stdout.
+    sys.stdout.write(f"rank {devicekit.rank()} of {devicekit.world_size()} on "
+                     f"{devicekit.device_type()}\\n")
+    devicekit.destroy_process_group()
+
+
+if __name__ == "__main__":
+    devicekit.launch(main, nprocs=2, device_type="twincpu")
+"""
+
+
+def test_a_kind_registered_at_import_time_reaches_spawned_ranks(tmp_path):
+    script = tmp_path / "own_kind.py"
+    script.write_text(_SCRIPT)
+    with Processes(tmp_path / "procs") as procs:
+        proc = procs.start("run", [sys.executable, str(script)],
+                           clean_environ(OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1))
+        result = procs.finish(proc, 180)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["rank 0 of 2 on twincpu",
+                                                  "rank 1 of 2 on twincpu"], result.stdout

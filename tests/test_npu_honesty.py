@@ -31,6 +31,8 @@ import pytest
 import torch
 from packaging.tags import Tag, sys_tags
 
+from devicekit.environments import ALL_VARIABLES
+
 REPO = Path(__file__).resolve().parents[1]
 DEVICEKIT = REPO / "devicekit"
 FAKE_NPU = REPO / "tests" / "fake_npu"
@@ -80,12 +82,11 @@ PIP_INSTALL_S = 300
 CACHE_DIR = (Path(os.environ["DEVICEKIT_TEST_CACHE"]) if os.environ.get("DEVICEKIT_TEST_CACHE")
              else Path.home() / ".cache" / "devicekit-tests")
 
-# Variables that would change what a devicekit subprocess sees; the tests set their own.
-_SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "DEVICEKIT_DEVICE", "CUDA_VISIBLE_DEVICES",
-             "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-             "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID", "RANK_ID",
-             "RANK_SIZE", "RANK_TABLE_FILE", "TORCH_TRANSFER_TO_NPU"}
-_SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "SLURM_", "OMPI_", "FAKE_NPU_")
+# Variables that would change what a devicekit subprocess sees (every launcher variable
+# devicekit reads, and more); the tests set their own.
+_SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "CUDA_VISIBLE_DEVICES", "TORCH_TRANSFER_TO_NPU",
+             *ALL_VARIABLES}
+_SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "DEVICEKIT_", "FAKE_NPU_")
 
 
 def subprocess_env(*paths, **overrides):

@@ -17,6 +17,7 @@ import pytest
 
 from devicekit import kinds
 from devicekit.distributed import resolve_backend
+from devicekit.environments import ALL_VARIABLES
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_NPU = REPO / "tests" / "fake_npu"
@@ -24,12 +25,11 @@ TIMEOUT_S = 120
 
 CANN_ERROR = "libhccl.so: cannot open shared object file: No such file or directory"
 
-# Variables that would change what a devicekit subprocess sees; each scenario sets its own.
-_SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "DEVICEKIT_DEVICE", "CUDA_VISIBLE_DEVICES",
-             "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-             "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID", "RANK_ID",
-             "RANK_SIZE", "RANK_TABLE_FILE", "TORCH_TRANSFER_TO_NPU"}
-_SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "SLURM_", "OMPI_", "FAKE_NPU_")
+# Variables that would change what a devicekit subprocess sees (every launcher variable
+# devicekit reads, and more); each scenario sets its own.
+_SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "CUDA_VISIBLE_DEVICES", "TORCH_TRANSFER_TO_NPU",
+             *ALL_VARIABLES}
+_SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "DEVICEKIT_", "FAKE_NPU_")
 
 # Runs before each scenario's code: `out` collects the answer, printed as JSON at the end
 # together with the fake's recorded calls (None when torch_npu was never imported).
@@ -269,3 +269,69 @@ except UsageError as error:
     else:
         assert "error" in out, out
         assert "LOCAL_RANK" in out["error"] and "ASCEND_RT_VISIBLE_DEVICES" in out["error"]
+
+
+# -- settings that decide speed: kernels, autocast, loss scaling ---------------------------------
+
+_BIND = """
+devicekit.runtime.kind("npu")
+start = len(sys.modules["torch_npu"].CALLS)
+try:
+    devicekit.set_device(1)
+    devicekit.set_device(0)
+except UsageError as error:
+    out["error"] = str(error)
+out["start"] = start
+"""
+
+
+@pytest.mark.parametrize("chip, override, mode", [
+    ("Ascend910B3", None, False), ("Ascend910_9391", None, False),  # A2, A3: binary kernels
+    ("Ascend910A", None, None),  # 910A: CANN's default (kernels compiled on line) stands
+    ("Ascend910B3", "1", True), ("Ascend910A", "0", False)])
+def test_binding_the_npu_sets_the_compile_mode_once(chip, override, mode):
+    env = {"FAKE_NPU_COUNT": "2", "FAKE_NPU_NAME": chip}
+    if override is not None:
+        env["DEVICEKIT_NPU_JIT_COMPILE"] = override
+    out, _ = scenario(_BIND, **env)
+    calls = [call[0] for call in out["calls"][out["start"]:]]
+    assert "is_jit_compile_false" not in calls  # it would initialise the device to answer
+    expected = [] if mode is None else [["set_compile_mode", {"jit_compile": mode}]]
+    assert [call for call in out["calls"] if call[0] == "set_compile_mode"] == expected
+    assert calls[0] == "set_device" and calls.count("set_device") == 2
+
+
+def test_a_bad_jit_compile_override_is_refused_before_any_npu_call():
+    out, _ = scenario(_BIND, FAKE_NPU_COUNT="2", DEVICEKIT_NPU_JIT_COMPILE="yes")
+    assert out["error"].startswith("DEVICEKIT_NPU_JIT_COMPILE='yes' must be 0 (binary "
+                                   "kernels) or 1")
+    assert out["calls"][out["start"]:] == []
+
+
+def test_autocast_is_really_on_for_the_npu():
+    """torch.autocast("cuda") on an NPU silently does nothing; devicekit's uses "npu"."""
+    out, _ = scenario("""
+devicekit.runtime.kind("npu")
+with devicekit.autocast(enabled=True) as context:
+    out.update(device=context.device, enabled=torch.is_autocast_enabled("npu"),
+               dtype=str(torch.get_autocast_dtype("npu")))
+with devicekit.autocast() as context:  # the NPU's default: off, as Ascend's scripts do
+    out["default"] = torch.is_autocast_enabled("npu")
+""", FAKE_NPU_COUNT="1")
+    assert (out["device"], out["enabled"], out["dtype"]) == ("npu", True, "torch.float16")
+    assert out["default"] is False
+
+
+def test_grad_scaler_is_torch_npus():
+    out, _ = scenario("""
+devicekit.runtime.kind("npu")
+fp16 = devicekit.GradScaler(enabled=True, init_scale=1024, dynamic=False)
+bf16 = devicekit.GradScaler(enabled=True, dtype="bfloat16")
+out.update(cls=type(fp16).__module__ + "." + type(fp16).__qualname__,
+           torch_scaler=isinstance(fp16, torch.amp.GradScaler),
+           fp16=fp16.is_enabled(), scale=fp16.get_scale(), bf16=bf16.is_enabled())
+""", FAKE_NPU_COUNT="1")
+    assert out["cls"] == "torch_npu.GradScaler" and out["torch_scaler"]
+    assert (out["fp16"], out["scale"], out["bf16"]) == (True, 1024.0, False)
+    assert ["amp.GradScaler", {"init_scale": 1024, "dynamic": False, "enabled": True}] in \
+        out["calls"]

@@ -48,7 +48,7 @@ LAUNCHERS = ["torchrun", "launch", "spawn", "run_8p", "ascend"]
 # The LaunchContext.mode rank 0 prints for each way of starting.
 EXPECTED_MODE = {"torchrun": "torchrun", "launch": "launch", "spawn": "spawn",
                  "run_8p": "env", "ascend": "ascend", "single": "single"}
-CHECKPOINT_KEYS = {"epoch", "arch", "state_dict", "best_acc1", "optimizer", "scheduler"}
+CHECKPOINT_KEYS = {"epoch", "step", "arch", "state_dict", "best_acc1", "optimizer", "scheduler"}
 # metrics.jsonl fields that depend only on the computation (not on the clock).
 DETERMINISTIC_METRICS = ("epoch", "train_loss", "train_acc1", "val_loss", "acc1", "acc5",
                          "val_samples", "lr", "world_size")
@@ -205,6 +205,8 @@ def test_training_runs_under_launcher(launcher, launcher_runs):
     results, output = launcher_runs(launcher)
     stdout = results[0].stdout
     assert_started_as(stdout, launcher, NPROC)
+    # A user's first screen is devicekit's own line, not torch's deprecation warnings.
+    assert not any("Warning" in r.stderr for r in results), describe(results)
     assert "batch 8 per process" in stdout, stdout  # -b 16 is the node's total
     assert len(printed_accuracies(stdout)) == 2, stdout  # one validation per epoch, rank 0 only
     if launcher == "ascend":
@@ -380,7 +382,8 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, launcher_runs):
                                        "--resume", output / state.CHECKPOINT],
                           tmp_path / "second")
     assert len(printed_accuracies(first[0].stdout)) == 1
-    assert re.search(r"^=> resumed .* at epoch 1$", second[0].stdout, re.M), second[0].stdout
+    assert re.search(r"^=> resumed .* at epoch 1, step 0$", second[0].stdout, re.M), \
+        second[0].stdout
     assert "Epoch: [0]" not in second[0].stdout and "Epoch: [1]" in second[0].stdout
 
     resumed, reference = load_checkpoint(output), load_checkpoint(straight)
@@ -427,7 +430,7 @@ def test_demo_recipe_reaches_90_percent(tmp_path):
 # Stands in for the interpreter run_8p.sh starts ranks with: for main.py it prints the cores
 # and thread count the rank would train with; anything else goes to the real interpreter.
 _RANK_PROBE = """#!/bin/sh
-if [ "$1" = main.py ]; then
+if [ "${{1##*/}}" = main.py ]; then
     exec "{python}" -c 'import os; print("cores", *sorted(os.sched_getaffinity(0)), "omp", os.environ.get("OMP_NUM_THREADS"))'
 fi
 exec "{python}" "$@"

@@ -1,6 +1,7 @@
 """main.py's command line: the reference ImageNet example's and Ascend's ResNet50 script
-lines parse with their meanings, the YAML config sits under the flags, the launch flags
-reach devicekit, and a config-driven --dummy run trains end to end."""
+lines parse with their meanings, the YAML config sits under the flags (each value checked
+against its flag, naming the file and key), values and paths are validated before any rank
+starts, the launch flags reach devicekit, and a config-driven --dummy run trains end to end."""
 
 import json
 import os
@@ -9,9 +10,14 @@ import subprocess
 import sys
 
 import pytest
+import torch
+import yaml
 
-from devicekit import LaunchOptions, kinds
-from devicekit.launch import resolve_launch
+import devicekit
+from devicekit import LaunchOptions, UsageError, kinds
+from devicekit.launch import REFERENCE_DIST_URL, resolve_launch
+from trainer import config
+from trainer.config import DuplicateKeyError, UniqueKeyLoader
 from trainer.options import launch_options, parse_args
 
 from conftest import ROOT, clean_environ
@@ -25,11 +31,12 @@ def write_yaml(path, text):
 
 
 # -- the reference ImageNet example's command lines ---------------------------------------
+# parse_args checks the data directory; --dummy lets these lines name one that is not here.
 
 def test_reference_multiprocessing_line():
     args = parse_args(["-a", "resnet50", "--dist-url", "tcp://127.0.0.1:23456",
                        "--dist-backend", "nccl", "--multiprocessing-distributed",
-                       "--world-size", "1", "--rank", "0", "/data/imagenet"])
+                       "--world-size", "1", "--rank", "0", "/data/imagenet", "--dummy"])
     assert args.arch == "resnet50"
     assert args.dist_url == "tcp://127.0.0.1:23456"
     assert args.dist_backend == "nccl"
@@ -44,14 +51,14 @@ def test_reference_multiprocessing_line():
 
 
 def test_reference_single_gpu_line():
-    args = parse_args(["-a", "resnet18", "--gpu", "0", "/data"])
+    args = parse_args(["-a", "resnet18", "--gpu", "0", "/data", "--dummy"])
     assert (args.arch, args.gpu, args.data_dir) == ("resnet18", 0, "/data")
     assert args.multiprocessing_distributed is False and args.world_size == -1
 
 
 def test_reference_hyperparameter_flags(tmp_path):
     resume = tmp_path / "x"
-    resume.write_bytes(b"")
+    torch.save({"epoch": 1}, resume)  # an unfinished run: --resume reads its epoch
     args = parse_args(["--lr", "0.1", "--momentum", "0.9", "--wd", "1e-4", "-b", "256",
                        "-j", "8", "-p", "10", "--epochs", "90", "--start-epoch", "0",
                        "--seed", "1", "--resume", str(resume), "--dummy"])
@@ -96,7 +103,7 @@ ASCEND_8P = ["--data", "/data/imagenet", "--addr", "127.0.0.1", "--port", "29688
 
 
 def test_ascend_8p_line():
-    args = parse_args(ASCEND_8P)
+    args = parse_args(ASCEND_8P + ["--dummy"])
     assert args.data_dir == "/data/imagenet"
     assert (args.addr, args.port) == ("127.0.0.1", 29688)
     assert args.device == "npu"
@@ -163,7 +170,7 @@ def test_bad_ascend_values_are_one_line(argv, needle, capsys):
 # -- launch flags reach devicekit ----------------------------------------------------------
 
 def test_launch_options_carry_the_ascend_flags():
-    options = launch_options(parse_args(ASCEND_8P))
+    options = launch_options(parse_args(ASCEND_8P + ["--dummy"]))
     assert isinstance(options, LaunchOptions)
     assert list(options.device_list) == [0, 1, 2, 3]
     assert (options.addr, options.port, options.gpu) == ("127.0.0.1", 29688, 0)
@@ -225,12 +232,98 @@ def test_command_line_wins_over_config(tmp_path):
 @pytest.mark.parametrize("key", ["data", "data_dir", "data-dir"])
 def test_config_gives_the_data_dir(tmp_path, key):
     path = write_yaml(tmp_path / "cfg.yaml", f"{key}: /x\n")
-    assert parse_args(["--config", path]).data_dir == "/x"
+    assert parse_args(["--config", path, "--dummy"]).data_dir == "/x"
 
 
 def test_empty_config_changes_nothing(tmp_path):
     path = write_yaml(tmp_path / "cfg.yaml", "# nothing\n")
     assert parse_args(["--config", path, "--dummy"]).arch == "resnet18"
+
+
+@pytest.mark.parametrize("text,problem", [
+    ('batch-size: "big"\n', "batch-size: 'big' is not an int"),
+    ("epochs: 2.5\n", "epochs: 2.5 is not an int"),
+    ("lr: [1, 2]\n", "lr: [1, 2] is not a number"),
+    ("lr-schedule: linear\n", "lr-schedule: 'linear' is not one of step, cosine"),
+    ("device-list: a,b\n", "device-list: 'a,b' is not a comma-separated list of device ids"),
+    ("loss-scale: 0\n", "loss-scale: '0' must be positive"),
+    ("amp: 1\n", "amp: 1 is not true or false"),
+])
+def test_config_values_are_checked_naming_the_file_and_key(tmp_path, text, problem):
+    path = write_yaml(tmp_path / "cfg.yaml", text)
+    with pytest.raises(UsageError) as error:
+        parse_args(["--config", path, "--dummy"])
+    assert str(error.value) == f"--config {path!r}: {problem}"
+
+
+def test_unique_key_loader_is_safe_load_without_duplicate_keys():
+    merged = "base: &b {x: 1, y: 2}\nrun:\n  <<: *b\n  x: 3\n"  # a merge may be overridden
+    assert yaml.load(merged, Loader=UniqueKeyLoader) == yaml.safe_load(merged)
+    with pytest.raises(DuplicateKeyError, match=r"gives x twice \(lines 2 and 3\)"):
+        yaml.load("run:\n  x: 1\n  x: 2\n", Loader=UniqueKeyLoader)
+    with pytest.raises(yaml.constructor.ConstructorError, match="python/object/apply"):
+        yaml.load("a: !!python/object/apply:os.system ['true']\n", Loader=UniqueKeyLoader)
+
+
+def test_unreadable_config_is_one_usage_error(tmp_path, monkeypatch):
+    path = write_yaml(tmp_path / "cfg.yaml", "lr: 0.1\n")
+
+    def denied(*args, **kwargs):  # what a user without read permission gets (root reads all)
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(config, "open", denied, raising=False)
+    with pytest.raises(UsageError) as error:
+        parse_args(["--config", path, "--dummy"])
+    assert str(error.value) == (f"--config {path!r} cannot be read (Permission denied): check "
+                                "its permissions")
+
+
+# -- validation of values and paths ------------------------------------------------------
+
+def test_output_dir_is_checked_without_being_made(tmp_path):
+    parse_args(["--dummy", "--output-dir", str(tmp_path / "new" / "run")])
+    parse_args(["--dummy", "--output-dir", str(tmp_path)])
+    assert os.listdir(tmp_path) == []  # not made, and the probe left nothing
+
+
+def test_evaluate_needs_no_writable_output_dir():
+    assert parse_args(["--dummy", "--evaluate", "--output-dir", "/proc/x/y"]).evaluate
+
+
+@pytest.mark.parametrize("seed", [-2**63, 0, 2**63 - 1])
+def test_seed_range_holds_with_rank_and_epoch_added(seed):
+    assert parse_args(["--dummy", "--seed", str(seed)]).seed == seed
+    devicekit.seed_everything(seed, rank=1023)  # seed + rank, as main.py seeds a rank
+    torch.Generator().manual_seed(seed + 100_000)  # DistributedSampler: seed + epoch
+
+
+@pytest.mark.parametrize("seed", [-2**63 - 1, 2**63])
+def test_seed_out_of_range_is_refused(seed):
+    with pytest.raises(UsageError, match=f"--seed {seed} is out of range: use a whole number "
+                                         f"from {-2**63} to {2**63 - 1}"):
+        parse_args(["--dummy", "--seed", str(seed)])
+
+
+@pytest.mark.parametrize("url", ["env://", "tcp://127.0.0.1:23456", "tcp://[::1]:29500",
+                                 REFERENCE_DIST_URL])
+def test_dist_url_forms_are_accepted(url):
+    assert parse_args(["--dummy", "--dist-url", url]).dist_url == url
+
+
+def test_dist_timeout_accepts_seconds():
+    assert parse_args(["--dummy", "--dist-timeout", "5"]).dist_timeout == 5.0
+
+
+def test_resume_of_a_finished_run_is_refused_unless_evaluating(tmp_path):
+    path = str(tmp_path / "checkpoint.pth.tar")
+    torch.save({"epoch": 3}, path)
+    with pytest.raises(UsageError) as error:
+        parse_args(["--dummy", "--epochs", "3", "--resume", path])
+    assert str(error.value) == (f"--resume {path!r} finished at epoch 3, and --epochs 3 leaves "
+                                "nothing to train: pass --epochs 4 or more to train on, or "
+                                "--evaluate to only validate it")
+    assert parse_args(["--dummy", "--epochs", "4", "--resume", path]).resume == path
+    assert parse_args(["--dummy", "--epochs", "3", "--resume", path, "--evaluate"]).evaluate
 
 
 # -- end to end ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ normalises: batches travel to the device as uint8 (4x less to copy) and
 - :func:`train_transform` / :func:`val_transform`: the reference ImageNet recipe
   (RandomResizedCrop + flip; resize to 256/224 of the size + center crop), PIL in,
   uint8 CHW tensor out. Their randomness comes from torch's global RNG, so DataLoader
-  worker seeding makes it reproducible.
+  worker seeding makes it reproducible. RandomResizedCrop decodes a JPEG at 1/2, 1/4 or
+  1/8 of its size (in the DCT domain) when its crop still has enough pixels there.
 - :func:`build_datasets`: the (train, val) pair for a data directory or ``--dummy``.
 
 The transforms are module-level classes (not closures) so that datasets pickle into
@@ -19,6 +20,7 @@ DataLoader workers under any multiprocessing start method.
 
 import math
 import os
+import stat
 
 import numpy as np
 import torch
@@ -120,9 +122,28 @@ class DummyImageNet(torch.utils.data.Dataset):
 # ----------------------------------------------------------------------------- transforms
 
 def pil_to_tensor(image):
-    """An RGB PIL image -> uint8 tensor, CHW, contiguous."""
+    """A PIL image -> uint8 RGB tensor, CHW, contiguous."""
     array = np.array(image.convert("RGB") if image.mode != "RGB" else image, dtype=np.uint8)
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+def decode(image, at_least=None):
+    """``(rgb_image, factor)``: ``image`` in RGB, decoded at 1/factor of its stored size.
+
+    ``factor`` is 1 unless ``image`` is a JPEG whose pixels are not decoded yet (as
+    ``Image.open`` returns it) and ``at_least=(width, height)`` allows a reduction: then
+    libjpeg downscales while decoding, in the DCT domain (Pillow's draft mode), by the
+    largest of 2, 4 or 8 that leaves the image at least that size. Pixel (x, y) of the
+    result covers (x * factor, y * factor) to ((x + 1) * factor, (y + 1) * factor) of
+    the stored image.
+    """
+    factor = 1.0
+    if at_least is not None:
+        width = image.width
+        drafted = image.draft("RGB", at_least)  # None for decoded and non-JPEG images
+        if drafted is not None:
+            factor = width / drafted[1][2]
+    return (image if image.mode == "RGB" else image.convert("RGB")), factor
 
 
 class Compose:
@@ -146,6 +167,13 @@ class RandomResizedCrop:
     The area is drawn uniformly from ``scale`` times the image area and the aspect ratio
     log-uniformly from ``ratio``; a draw that does not fit is retried, 10 times in all,
     then a central crop (the whole image, trimmed to the ratio range) is used instead.
+
+    Given a JPEG not decoded yet (as ``Image.open`` returns it), the box is drawn in the
+    stored image's coordinates as always, then the image is decoded only as large as the
+    box needs: reduced by 2, 4 or 8 (:func:`decode`) when the box still spans at least
+    size x size pixels there, so the resize never has to enlarge what it would have
+    reduced. The draws, and so the crops' statistics, are those of a full decode; the
+    pixels differ slightly (DCT-domain instead of bilinear reduction for part of the way).
     """
 
     ATTEMPTS = 10
@@ -179,9 +207,14 @@ class RandomResizedCrop:
         return (width - crop_w) // 2, (height - crop_h) // 2, crop_w, crop_h
 
     def __call__(self, image):
-        left, top, crop_w, crop_h = self.box(*image.size)
-        return image.resize((self.size, self.size), Image.BILINEAR,
-                            box=(left, top, left + crop_w, top + crop_h))
+        width, height = image.size
+        left, top, crop_w, crop_h = self.box(width, height)
+        # decode() reduces by at most stored // at_least <= crop / size each way: the box
+        # keeps at least size x size pixels.
+        image, factor = decode(image, at_least=(math.ceil(width * self.size / crop_w),
+                                                math.ceil(height * self.size / crop_h)))
+        box = (left / factor, top / factor, (left + crop_w) / factor, (top + crop_h) / factor)
+        return image.resize((self.size, self.size), Image.BILINEAR, box=box)
 
     def __repr__(self):
         return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
@@ -209,6 +242,7 @@ class ResizeShorter:
         self.size = int(size)
 
     def __call__(self, image):
+        image, _ = decode(image)
         width, height = image.size
         if width <= height:
             new_w, new_h = self.size, max(1, int(self.size * height / width))
@@ -248,10 +282,17 @@ class ToTensor:
         return "ToTensor()"
 
 
-def train_transform(image_size):
-    """RandomResizedCrop(image_size, scale 0.08-1, ratio 3/4-4/3, bilinear), flip 0.5, uint8."""
+DEFAULT_CROP_SCALE = (0.08, 1.0)
+
+
+def train_transform(image_size, scale=DEFAULT_CROP_SCALE, flip=True):
+    """RandomResizedCrop(image_size, ``scale``, ratio 3/4-4/3, bilinear), a horizontal flip
+    with probability 0.5 unless not ``flip``, uint8. The defaults are the reference's."""
     size = _positive_int(image_size, "image size")
-    return Compose([RandomResizedCrop(size), RandomHorizontalFlip(0.5), ToTensor()])
+    steps = [RandomResizedCrop(size, scale=scale)]
+    if flip:
+        steps.append(RandomHorizontalFlip(0.5))
+    return Compose(steps + [ToTensor()])
 
 
 def val_transform(image_size):
@@ -266,14 +307,68 @@ def _is_image_file(name):
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
+def _folder_problem(path):
+    """Why `path` is not a folder ("does not exist", ...), or "" when it is one."""
+    try:
+        return "" if stat.S_ISDIR(os.stat(path).st_mode) else "is not a folder"
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as error:  # e.g. a symlink loop, no permission
+        return f"cannot be opened ({error.strerror})"
+
+
+def _scan(folder, keep):
+    """The sorted names of the entries of `folder` for which `keep(entry)` holds; an entry
+    that cannot be examined (a symlink loop, no permission) is a UsageError naming it."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entry.name for entry in entries if keep(entry))
+    except OSError as error:
+        raise UsageError(f"data path {error.filename or folder} cannot be read "
+                         f"({error.strerror}): fix it or remove it") from None
+
+
+def _class_folders(root):
+    """The class folder names under `root`, sorted; UsageError when there is none."""
+    classes = _scan(root, lambda entry: not entry.name.startswith(".") and entry.is_dir())
+    if not classes:
+        raise UsageError(f"image folder {root!r} has no class folders: put the images in "
+                         f"one sub-folder per class, {root}/<class>/*.jpg")
+    return classes
+
+
+def _image_files(folder):
+    """The image file names in `folder`, sorted; UsageError when there is none."""
+    files = _scan(folder, lambda entry: _is_image_file(entry.name) and entry.is_file())
+    if not files:
+        raise UsageError(f"class folder {folder} has no images "
+                         f"({'/'.join(IMAGE_EXTENSIONS)}): add images or remove the folder")
+    return files
+
+
+# What Pillow raises for a file that is not a readable image (corrupt, truncated, not an
+# image at all, or too large to be one).
+UNREADABLE_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, EOFError,
+                           Image.DecompressionBombError)
+
+
 class ImageFolder(torch.utils.data.Dataset):
     """Images in ``root/<class>/*.{jpg,jpeg,png,bmp,webp}`` (any case), labelled by folder.
 
     Classes are the sub-folders of ``root`` sorted by name (their index is the label);
     samples are sorted by (class, file name), so every process sees the same order.
-    Hidden entries (names starting with ".") are ignored. Images are read with Pillow and
-    converted to RGB, then passed through ``transform`` (default: to a uint8 CHW tensor
-    at the image's own size).
+    Hidden entries (names starting with ".") are ignored. Images are opened with Pillow
+    and handed to ``transform`` as ``Image.open`` returns them, pixels not yet decoded
+    and in the file's own mode, so that a transform can decode no more than it needs
+    (:class:`RandomResizedCrop` does); the default transform decodes them to a uint8 RGB
+    CHW tensor at the image's own size.
+
+    The file list is held in numpy arrays (the class-relative paths as one byte string
+    with offsets, the labels as int64), not as a Python object per file: DataLoader
+    workers forked from the process that built it then keep sharing its pages, where
+    reading a list's objects writes their reference counts and so copies every page of
+    the list into every worker as it goes (for ImageNet's 1.28 million files, about
+    200 MB per worker). :meth:`sample` gives one entry.
 
     A missing root, a root with no class folders, or a class folder with no images raise
     :class:`UsageError` here, at construction.
@@ -289,27 +384,20 @@ class ImageFolder(torch.utils.data.Dataset):
     def __init__(self, root, transform=None):
         self.root = os.fspath(root)
         self.transform = transform
-        if not os.path.isdir(self.root):
-            what = "is not a folder" if os.path.exists(self.root) else "does not exist"
-            raise UsageError(f"image folder {self.root!r} {what}: point to a folder of class "
+        problem = _folder_problem(self.root)
+        if problem:
+            raise UsageError(f"image folder {self.root!r} {problem}: point to a folder of class "
                              "folders, root/<class>/*.jpg")
-        self.classes = sorted(entry.name for entry in os.scandir(self.root)
-                              if entry.is_dir() and not entry.name.startswith("."))
-        if not self.classes:
-            raise UsageError(f"image folder {self.root!r} has no class folders: put the images in "
-                             f"one sub-folder per class, {self.root}/<class>/*.jpg")
+        self.classes = _class_folders(self.root)
         self.class_to_idx = {name: index for index, name in enumerate(self.classes)}
-        self.samples = []
+        paths, counts = [], []
         for name in self.classes:
-            folder = os.path.join(self.root, name)
-            files = sorted(entry.name for entry in os.scandir(folder)
-                           if _is_image_file(entry.name) and entry.is_file())
-            if not files:
-                raise UsageError(f"class folder {folder} has no images "
-                                 f"({'/'.join(IMAGE_EXTENSIONS)}): add images or remove the folder")
-            label = self.class_to_idx[name]
-            self.samples.extend((os.path.join(folder, file), label) for file in files)
-        self.targets = [label for _, label in self.samples]
+            files = _image_files(os.path.join(self.root, name))
+            paths.extend(os.fsencode(os.path.join(name, file)) for file in files)
+            counts.append(len(files))
+        self._path_bytes = np.frombuffer(b"".join(paths), dtype=np.uint8)
+        self._path_offsets = np.cumsum([0] + [len(path) for path in paths], dtype=np.int64)
+        self.targets = np.repeat(np.arange(len(self.classes), dtype=np.int64), counts)
         self._unreadable = set()
 
     @property
@@ -317,19 +405,27 @@ class ImageFolder(torch.utils.data.Dataset):
         return len(self.classes)
 
     def __len__(self):
-        return len(self.samples)
+        return len(self.targets)
 
-    def _load(self, path):
-        """The RGB image at ``path``, or None (after one warning) if it cannot be read."""
+    def sample(self, index):
+        """``(path, label)`` of sample ``index`` (0 <= index < len(self))."""
+        start, end = self._path_offsets[index], self._path_offsets[index + 1]
+        name = os.fsdecode(self._path_bytes[start:end].tobytes())
+        return os.path.join(self.root, name), int(self.targets[index])
+
+    def read(self, path):
+        """The image at ``path`` through the transform, or None (after one warning) if
+        Pillow cannot read it."""
         try:
             with Image.open(path) as image:
-                return image.convert("RGB")
-        except Exception as error:  # noqa: BLE001 - any decoder failure means "unreadable"
+                return self.transform(image) if self.transform is not None \
+                    else pil_to_tensor(image)
+        except UNREADABLE_IMAGE_ERRORS as error:
             warn(f"skipping unreadable image {path}: {type(error).__name__}: {error}")
             return None
 
     def __getitem__(self, index):
-        count = len(self.samples)
+        count = len(self)
         index = int(index)
         if index < 0:
             index += count
@@ -339,18 +435,17 @@ class ImageFolder(torch.utils.data.Dataset):
             current = (index + step) % count
             if current in self._unreadable:
                 continue
-            path, label = self.samples[current]
-            image = self._load(path)
-            if image is None:
+            path, label = self.sample(current)
+            tensor = self.read(path)
+            if tensor is None:
                 self._unreadable.add(current)
                 continue
-            tensor = self.transform(image) if self.transform is not None else pil_to_tensor(image)
             return tensor, label
         raise UsageError(f"none of the {count} images under {self.root} could be read: "
                          "check the files (see the warnings above)")
 
     def __repr__(self):
-        return (f"ImageFolder({self.root!r}, {len(self.samples)} images, "
+        return (f"ImageFolder({self.root!r}, {len(self)} images, "
                 f"{len(self.classes)} classes, transform={self.transform!r})")
 
 
@@ -371,9 +466,12 @@ def check_num_classes(dataset, num_classes):
 
 def _split_dir(data_dir, split):
     path = os.path.join(data_dir, split)
-    if not os.path.isdir(path):
+    problem = _folder_problem(path)
+    if problem == "does not exist":
         raise UsageError(f"data directory {data_dir!r} has no {split}/ folder: {LAYOUT_HINT} "
                          "(or pass --dummy)")
+    if problem:
+        raise UsageError(f"{path!r} {problem}: {LAYOUT_HINT} (or pass --dummy)")
     return path
 
 
@@ -383,30 +481,54 @@ def _names(names, limit=5):
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def check_data_dir(data_dir, dummy):
+def _count_images(root, enough):
+    """The images under ``root/<class>/`` as :class:`ImageFolder` finds them, counted class
+    folder by class folder until there are ``enough``."""
+    count = 0
+    for name in _class_folders(root):
+        count += len(_image_files(os.path.join(root, name)))
+        if count >= enough:
+            break
+    return count
+
+
+def check_data_dir(data_dir, dummy, batch_size=None):
     """Check the layout cheaply (no image is opened): unless ``dummy``, ``data_dir`` must
-    hold ``train/`` and ``val/`` folders. Returns their paths (None, None with ``dummy``)."""
+    hold ``train/`` and ``val/`` folders, and with ``batch_size`` (the node's) ``train/``
+    must hold at least one batch of images, or no training step could be drawn (counting
+    stops at the class folder that completes a batch: a few directory listings even for
+    ImageNet). Returns the folders' paths (None, None with ``dummy``)."""
     if dummy:
         return None, None
     if data_dir is None:
         raise UsageError(f"no data directory given: pass DIR (or --data DIR), {LAYOUT_HINT}, "
                          "or pass --dummy for synthetic data")
     data_dir = os.fspath(data_dir)
-    if not os.path.isdir(data_dir):
-        what = "is not a folder" if os.path.exists(data_dir) else "does not exist"
-        raise UsageError(f"data directory {data_dir!r} {what}: {LAYOUT_HINT} (or pass --dummy)")
-    return _split_dir(data_dir, "train"), _split_dir(data_dir, "val")
+    problem = _folder_problem(data_dir)
+    if problem:
+        raise UsageError(f"data directory {data_dir!r} {problem}: {LAYOUT_HINT} "
+                         "(or pass --dummy)")
+    train, val = _split_dir(data_dir, "train"), _split_dir(data_dir, "val")
+    if batch_size is not None:
+        count = _count_images(train, batch_size)
+        if count < batch_size:
+            raise UsageError(f"data directory {data_dir!r} has {count} training images, fewer "
+                             f"than one batch of --batch-size {batch_size}: lower --batch-size "
+                             "or add images")
+    return train, val
 
 
 def build_datasets(data_dir, dummy, image_size, num_classes, seed,
-                   train_length=1281167, val_length=50000):
+                   train_length=1281167, val_length=50000, *, crop_scale=DEFAULT_CROP_SCALE,
+                   flip=True, augment=True):
     """The (train_dataset, val_dataset) pair.
 
     ``dummy``: :class:`DummyImageNet` for both (``num_classes`` of them, 1000 if None;
     val seeded with ``seed + VAL_SEED_OFFSET`` so its samples differ from train's), and
     ``data_dir`` is ignored (with a warning when one was given). Otherwise ``data_dir``
     must hold ``train/`` and ``val/`` class folders with the same class names, read by
-    :class:`ImageFolder` with :func:`train_transform` / :func:`val_transform`; when
+    :class:`ImageFolder` with :func:`train_transform` (``crop_scale``, ``flip``) /
+    :func:`val_transform`, or val_transform for both when not ``augment``; when
     ``num_classes`` is given, it must be at least the number of classes found.
     """
     if dummy:
@@ -418,7 +540,8 @@ def build_datasets(data_dir, dummy, image_size, num_classes, seed,
         return train, val
     train_dir, val_dir = check_data_dir(data_dir, dummy)
     data_dir = os.fspath(data_dir)
-    train = ImageFolder(train_dir, train_transform(image_size))
+    train = ImageFolder(train_dir, train_transform(image_size, crop_scale, flip) if augment
+                        else val_transform(image_size))
     val = ImageFolder(val_dir, val_transform(image_size))
     if train.classes != val.classes:
         only_train = set(train.classes) - set(val.classes)

@@ -1,6 +1,8 @@
 """DataLoaders for a rank: a shuffled, dropping shard for training, and an exact shard for
 validation (every sample evaluated once, whatever the world size)."""
 
+import itertools
+
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
@@ -9,23 +11,26 @@ import devicekit
 
 class EpochSeededSampler(Sampler):
     """DistributedSampler's shard, yielding (epoch, index) so each sample's augmentation
-    can be seeded from (seed, epoch, index) alone."""
+    can be seeded from (seed, epoch, index) alone; it can start an epoch part-way (a
+    resume from a mid-epoch checkpoint)."""
 
     def __init__(self, dataset, world_size, rank, seed):
         self.inner = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
                                         shuffle=True, seed=seed, drop_last=True)
         self.epoch = 0
+        self.skip = 0
 
-    def set_epoch(self, epoch):
-        """Reshuffle for `epoch` (the same order on every rank and under every launcher)."""
-        self.epoch = epoch
+    def set_epoch(self, epoch, skip=0):
+        """Reshuffle for `epoch` (the same order on every rank and under every launcher),
+        leaving out its first `skip` samples of this rank's shard."""
+        self.epoch, self.skip = epoch, skip
         self.inner.set_epoch(epoch)
 
     def __iter__(self):
-        return ((self.epoch, index) for index in self.inner)
+        return ((self.epoch, index) for index in itertools.islice(self.inner, self.skip, None))
 
     def __len__(self):
-        return len(self.inner)
+        return max(0, len(self.inner) - self.skip)
 
 
 class EpochSeededDataset(Dataset):

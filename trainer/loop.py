@@ -57,21 +57,29 @@ def prepare_batch(images, target, device, channels_last):
     return normalize(images), target.to(device, non_blocking=True)
 
 
-def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoch, run):
+def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoch, run,
+                    first_step=0, totals=None, save=None):
     """Train `model` for one epoch (capped at run.steps_per_epoch); returns
     {"loss", "acc1", "acc5", "images_per_sec"} of this rank, measured on the device
-    (images per second after the first WARMUP_STEPS steps, when the epoch is long enough)."""
+    (images per second after the first WARMUP_STEPS steps, when the epoch is long enough).
+
+    A resumed epoch starts at `first_step` (the loader already skips the samples before
+    it) with the `totals` its checkpoint held. Every run.save_every steps within the epoch,
+    after an optimizer step, `save(epoch, steps_done, totals)` writes a checkpoint.
+    """
     model.train()
-    steps = len(loader) if run.steps_per_epoch is None else min(len(loader), run.steps_per_epoch)
+    steps = first_step + len(loader)
+    if run.steps_per_epoch is not None:
+        steps = min(steps, run.steps_per_epoch)
     batch_time, data_time = Meter("Time", "6.3f"), Meter("Data", "6.3f")
     losses, top1, top5 = Meter("Loss", ".4e"), Meter("Acc@1", "6.2f"), Meter("Acc@5", "6.2f")
-    totals = torch.zeros(3, device=run.device)  # loss sum, top-1 hits, top-5 hits
-    count = 0
+    # loss sum, top-1 hits, top-5 hits, samples
+    totals = torch.zeros(4, device=run.device) if totals is None else totals.to(run.device)
     # Throughput leaves out the first steps (start-up, allocator warm-up) when there are enough.
-    timed_from = WARMUP_STEPS if steps > 2 * WARMUP_STEPS else 0
+    timed_from = first_step + (WARMUP_STEPS if steps - first_step > 2 * WARMUP_STEPS else 0)
     timed_images = 0
     start = end = time.perf_counter()
-    for step, (images, target) in enumerate(loader):
+    for step, (images, target) in enumerate(loader, start=first_step):
         if step >= steps:
             break
         data_time.update(time.perf_counter() - end)
@@ -88,8 +96,8 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
         with torch.no_grad():
             hits1, hits5 = correct_topk(output, target)
             n = target.size(0)
-            count += n
-            totals += torch.stack([loss.detach().float() * n, hits1.float(), hits5.float()])
+            totals += torch.stack([loss.detach().float() * n, hits1.float(), hits5.float(),
+                                   totals.new_tensor(n)])
         if step + 1 == timed_from:
             devicekit.synchronize()
             start = time.perf_counter()
@@ -103,12 +111,15 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
             top5.update(hits5.item() * 100.0 / n, n)
             print(progress_line(f"Epoch: [{epoch}]", step, steps,
                                 [batch_time, data_time, losses, top1, top5]), flush=True)
+        if save is not None and last_micro and run.save_every and \
+                (step + 1) % run.save_every == 0 and step + 1 < steps:
+            save(epoch, step + 1, totals)
         end = time.perf_counter()
     devicekit.synchronize()
     elapsed = time.perf_counter() - start
-    loss_sum, hits1, hits5 = totals.tolist()
-    return {"loss": loss_sum / max(count, 1), "acc1": 100 * hits1 / max(count, 1),
-            "acc5": 100 * hits5 / max(count, 1),
+    loss_sum, hits1, hits5, count = totals.tolist()
+    count = max(count, 1)
+    return {"loss": loss_sum / count, "acc1": 100 * hits1 / count, "acc5": 100 * hits5 / count,
             "images_per_sec": timed_images / elapsed if elapsed > 0 else 0.0}
 
 

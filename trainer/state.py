@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -31,29 +32,45 @@ def make_scheduler(optimizer, epochs, warmup, schedule, steps_per_epoch):
         optimizer, lambda step: lr_factor(step / steps_per_epoch, epochs, warmup, schedule))
 
 
+class Position(NamedTuple):
+    """Where a run stands: the epoch in progress, the training steps of it already done
+    (0 at an epoch's start), and what a resumed epoch continues from."""
+
+    epoch: int
+    step: int = 0
+    best_acc1: float = 0.0
+    rng_states: Optional[list] = None  # each rank's torch CPU generator state
+    totals: Optional[torch.Tensor] = None  # the epoch's loss sum, top-1, top-5, samples so far
+
+
 def save(output_dir, state, is_best):
-    """Write checkpoint.pth.tar, and model_best.pth.tar when `is_best` or none exists yet,
-    each atomically."""
+    """Write checkpoint.pth.tar, and model_best.pth.tar when `is_best` or, at an epoch's
+    end, when none exists yet; each atomically."""
     path = os.path.join(output_dir, CHECKPOINT)
     checkpoint.save_atomic(state, path)
     best = os.path.join(output_dir, BEST)
-    if is_best or not os.path.exists(best):
+    if is_best or (not state.get("step") and not os.path.exists(best)):
         checkpoint.copy_atomic(path, best)
 
 
-def checkpoint_state(epoch, arch, model, best_acc1, optimizer, scheduler, scaler):
-    """The checkpoint dict: plain numbers, and a state_dict without the `module.` prefix."""
-    state = {"epoch": int(epoch), "arch": arch,
+def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
+    """The checkpoint dict at `position` (a Position): plain numbers, and a state_dict
+    without the `module.` prefix."""
+    state = {"epoch": int(position.epoch), "step": int(position.step), "arch": arch,
              "state_dict": checkpoint.strip_prefix(model.state_dict()),
-             "best_acc1": float(best_acc1), "optimizer": optimizer.state_dict(),
+             "best_acc1": float(position.best_acc1), "optimizer": optimizer.state_dict(),
              "scheduler": scheduler.state_dict()}
     if scaler.is_enabled():
         state["scaler"] = scaler.state_dict()
+    if position.rng_states is not None:
+        state["rng_states"] = position.rng_states
+    if position.totals is not None:
+        state["totals"] = position.totals.cpu()
     return state
 
 
 def resume(path, arch, model, optimizer, scheduler, scaler):
-    """Load a checkpoint into the run; returns (start_epoch, best_acc1)."""
+    """Load a checkpoint into the run; returns its Position."""
     state = checkpoint.load(path, "--resume checkpoint")
     required = ("epoch", "arch", "state_dict", "optimizer")
     if not isinstance(state, dict) or any(key not in state for key in required):
@@ -68,7 +85,27 @@ def resume(path, arch, model, optimizer, scheduler, scaler):
         scheduler.load_state_dict(state["scheduler"])
     if scaler.is_enabled() and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
-    return int(state["epoch"]), float(state.get("best_acc1", 0.0))
+    return Position(int(state["epoch"]), int(state.get("step", 0)),
+                    float(state.get("best_acc1", 0.0)), state.get("rng_states"),
+                    state.get("totals"))
+
+
+def resume_path(resume, output_dir):
+    """The checkpoint to resume from: `resume` itself, or for "auto" the run's own
+    checkpoint in `output_dir` when one exists ("" to start afresh)."""
+    if resume != "auto":
+        return resume
+    path = os.path.join(output_dir, CHECKPOINT)
+    return path if os.path.exists(path) else ""
+
+
+def check_not_finished(epoch, epochs, path):
+    """Refuse resuming from `path`, saved at `epoch` (the epochs done), when --epochs
+    `epochs` leaves nothing to train: the run would otherwise end at once, silently."""
+    if epoch >= epochs:
+        raise UsageError(f"--resume {path!r} finished at epoch {epoch}, and --epochs {epochs} "
+                         f"leaves nothing to train: pass --epochs {epoch + 1} or more to train "
+                         "on, or --evaluate to only validate it")
 
 
 def load_pretrained(path, model):

@@ -1,7 +1,8 @@
-"""The interface every device kind answers, and the shared accelerator behaviour."""
+"""The interface every device kind answers, and the accelerator behaviour written once."""
 
 import abc
-from typing import Optional, Tuple
+import os
+from typing import Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Tuple, Union
 
 import torch
 
@@ -14,21 +15,23 @@ _DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float1
 class DeviceKind(abc.ABC):
     """What devicekit knows about one kind of device.
 
-    Subclasses set the class attributes and override what differs. A kind is stateless:
-    every answer is read from torch (and the environment) when asked.
+    Subclasses set the class attributes and implement `probe` and `device_count`; the rest
+    has defaults for a host-only kind. A kind is stateless: every answer is read from torch
+    (and the environment) when asked.
     """
 
-    name = ""
-    default_backend = ""
-    accepted_backends = frozenset()
-    visible_devices_env = None
-    is_accelerator = False
+    name: str = ""  # the torch device type: "cuda", "npu", "cpu", ...
+    default_backend: str = ""  # the collective backend where torch does not know the device
+    accepted_backends: FrozenSet[str] = frozenset()
+    backend_owner: str = ""  # who default_backend is for, as warnings name it ("NVIDIA GPUs")
+    visible_devices_env: Optional[str] = None
+    is_accelerator: bool = False
     # NPUs (and CUDA) cannot be re-initialised in a forked child, so ranks are spawned.
-    start_method = "spawn"
-    default_amp_dtype = torch.bfloat16
-    install_hint = ""
+    start_method: str = "spawn"
+    default_amp_dtype: torch.dtype = torch.bfloat16
+    install_hint: str = ""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<DeviceKind {self.name}>"
 
     # -- presence -------------------------------------------------------------------
@@ -36,15 +39,15 @@ class DeviceKind(abc.ABC):
     def probe(self) -> Tuple[bool, str]:
         """Return (usable, reason): whether this kind can run here, and why not if it cannot."""
 
-    def is_available(self):
+    def is_available(self) -> bool:
         """True when at least one device of this kind is usable in this process."""
         return self.probe()[0]
 
-    def worth_a_warning_when_skipped(self):
+    def worth_a_warning_when_skipped(self) -> bool:
         """Whether auto-detection should say why it skipped this kind (its stack is installed)."""
         return False
 
-    def visible_devices(self, environ):
+    def visible_devices(self, environ: Mapping[str, str]) -> Optional[List[Union[int, str]]]:
         """The visible-devices list parsed and validated, or None when the variable is unset."""
         return None
 
@@ -52,42 +55,44 @@ class DeviceKind(abc.ABC):
     def device_count(self) -> int:
         """Devices of this kind this process may use (the visible-devices variable honoured)."""
 
-    def default_ranks_per_node(self):
+    def default_ranks_per_node(self) -> int:
         """How many ranks a launcher starts per node when not told: one per device."""
         return self.device_count()
 
     # -- placement ------------------------------------------------------------------
-    def device(self, index=None):
+    def device(self, index: Optional[int] = None) -> torch.device:
         """The torch.device for local device `index` (or the kind's device when None)."""
         return torch.device(self.name) if index is None else torch.device(self.name, index)
 
-    def device_for(self, ctx):
+    def device_for(self, ctx) -> torch.device:
         """The torch.device the rank described by LaunchContext `ctx` computes on."""
         return self.device(ctx.device_index) if self.is_accelerator else self.device()
 
-    def set_device(self, index):
+    def set_device(self, index: int) -> None:
         """Make local device `index` this process's current device."""
 
-    def configure_host_threads(self, local_world_size, environ):
+    def configure_host_threads(self, local_world_size: int,
+                               environ: Mapping[str, str]) -> Optional[int]:
         """Set the host threads of one of `local_world_size` processes on this node; the
         number of compute threads when they do the training (CPU), else None."""
+        return None
 
     def current_device(self) -> int:
         """The index of this process's current device (0 where there is only one)."""
         return 0
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait for all queued work on the current device."""
 
-    def manual_seed(self, seed: int):
+    def manual_seed(self, seed: int) -> None:
         """Seed the random generator of the current device."""
         torch.default_generator.manual_seed(int(seed))
 
-    def manual_seed_all(self, seed: int):
+    def manual_seed_all(self, seed: int) -> None:
         """Seed the random generators of every device of this kind."""
         torch.default_generator.manual_seed(int(seed))
 
-    def empty_cache(self):
+    def empty_cache(self) -> None:
         """Give cached, unused device memory back (no-op without a caching allocator)."""
 
     def memory(self, statistic: str) -> int:
@@ -95,28 +100,28 @@ class DeviceKind(abc.ABC):
         "memory_reserved" or "max_memory_reserved" (0 without a device allocator)."""
         return 0
 
-    def reset_peak_memory_stats(self):
+    def reset_peak_memory_stats(self) -> None:
         """Start the max_memory_* figures afresh."""
 
-    def memory_stats(self):
+    def memory_stats(self) -> Dict[str, int]:
         """A small dict of memory figures in bytes for the current device."""
         return {}
 
-    def ddp_device_ids(self, index):
+    def ddp_device_ids(self, index: int) -> Optional[List[int]]:
         """The `device_ids` argument DistributedDataParallel wants for local device `index`."""
         return [index] if self.is_accelerator else None
 
     @property
-    def pin_memory(self):
+    def pin_memory(self) -> bool:
         """Whether DataLoader should pin host memory for copies to this kind."""
         return self.is_accelerator
 
     # -- collectives ----------------------------------------------------------------
-    def prepare_process_group(self, timeout_s, environ):
+    def prepare_process_group(self, timeout_s: float, environ: MutableMapping[str, str]) -> None:
         """Adjust the backend's own variables before a process group with `timeout_s` starts."""
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """The collective backend for this kind, as torch maps it when it knows the device."""
         try:
             from torch.distributed import get_default_backend_for_device
@@ -126,8 +131,9 @@ class DeviceKind(abc.ABC):
             return self.default_backend
 
     # -- mixed precision ------------------------------------------------------------
-    def amp_dtype(self, requested=None):
-        """The low-precision dtype autocast uses: `requested` ("float16"/"bfloat16") or the default."""
+    def amp_dtype(self, requested: Union[str, torch.dtype, None] = None) -> torch.dtype:
+        """The low-precision dtype autocast uses: `requested` ("float16"/"bfloat16") or the
+        default."""
         if requested is None:
             return self.default_amp_dtype
         if isinstance(requested, torch.dtype):
@@ -138,12 +144,12 @@ class DeviceKind(abc.ABC):
             raise UsageError(
                 f"unknown AMP dtype {requested!r}: use float16 or bfloat16") from None
 
-    def default_amp(self):
+    def default_amp(self) -> bool:
         """Whether mixed precision is on when the user does not say (where it was measured
         to pay on this kind)."""
         return False
 
-    def prefers_channels_last(self, amp):
+    def prefers_channels_last(self, amp: bool) -> bool:
         """Whether channels_last memory format is faster here (with or without AMP)."""
         return False
 
@@ -152,58 +158,82 @@ class DeviceKind(abc.ABC):
         """The device type torch.autocast takes for this kind."""
         return self.name
 
-    def grad_scaler(self, enabled: bool, **kwargs) -> "torch.amp.GradScaler":
+    def grad_scaler(self, enabled: bool, **kwargs) -> torch.amp.GradScaler:
         """A GradScaler for this kind (a no-op one when not `enabled`)."""
         return torch.amp.GradScaler(self.name, enabled=enabled, **kwargs)
 
-    def needs_grad_scaler(self, dtype):
+    def needs_grad_scaler(self, dtype: torch.dtype) -> bool:
         """float16 gradients underflow without loss scaling; bfloat16 keeps fp32's range."""
         return dtype == torch.float16
 
 
 class AcceleratorKind(DeviceKind):
-    """Behaviour shared by accelerators driven through a `torch.<name>` device module.
-
-    The device calls go to `torch.<name>` (torch.cuda, or torch.npu once torch_npu has
-    registered it); which accelerator this torch has is asked of `torch.accelerator`.
+    """An accelerator driven through its torch device module (`torch.get_device_module`:
+    torch.cuda, torch.xpu, or torch.npu once torch_npu registered it), whose presence
+    `torch.accelerator` reports. A kind of this sort names itself and its hints; the
+    device calls, presence and memory figures are all here.
     """
 
     is_accelerator = True
     default_amp_dtype = torch.float16
+    display_name: str = ""  # in "this torch has no CUDA support"
+    device_noun: str = ""  # in "no GPU is visible"
+    check_hint: str = ""  # what to look at when none is visible
 
     @property
     def module(self):
-        """The torch device module (`torch.cuda`, `torch.npu`)."""
+        """The torch device module (`torch.cuda`, `torch.npu`, ...)."""
         return torch.get_device_module(self.name)
 
-    def device_count(self):
-        return self.module.device_count()
+    @staticmethod
+    def accelerator_type() -> Optional[str]:
+        """The accelerator this torch was built for, as torch.accelerator says, or None."""
+        accelerator = torch.accelerator.current_accelerator()
+        return None if accelerator is None else accelerator.type
 
-    def set_device(self, index):
+    def probe(self) -> Tuple[bool, str]:
+        # Ask torch.accelerator, not the module's is_available(): torch_npu's
+        # transfer_to_npu shim patches torch.cuda.is_available() to report True on an NPU
+        # machine.
+        found = self.accelerator_type()
+        if found != self.name:
+            return False, (f"this torch has no {self.display_name} support "
+                           f"(torch.accelerator reports {found}); {self.install_hint}")
+        self.visible_devices(os.environ)
+        if self.module.device_count() == 0:
+            var = self.visible_devices_env
+            return False, (f"no {self.device_noun} is visible ({var}={os.environ.get(var)!r}); "
+                           f"{self.check_hint}")
+        return True, ""
+
+    def device_count(self) -> int:
+        return self.module.device_count() if self.accelerator_type() == self.name else 0
+
+    def set_device(self, index: int) -> None:
         self.module.set_device(index)
 
-    def current_device(self):
+    def current_device(self) -> int:
         return self.module.current_device()
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         self.module.synchronize()
 
-    def manual_seed(self, seed):
+    def manual_seed(self, seed: int) -> None:
         self.module.manual_seed(int(seed))
 
-    def manual_seed_all(self, seed):
+    def manual_seed_all(self, seed: int) -> None:
         self.module.manual_seed_all(int(seed))
 
-    def empty_cache(self):
+    def empty_cache(self) -> None:
         self.module.empty_cache()
 
-    def memory(self, statistic):
+    def memory(self, statistic: str) -> int:
         return getattr(self.module, statistic)()
 
-    def reset_peak_memory_stats(self):
+    def reset_peak_memory_stats(self) -> None:
         self.module.reset_peak_memory_stats()
 
-    def memory_stats(self):
+    def memory_stats(self) -> Dict[str, int]:
         module = self.module
         return {
             "allocated": module.memory_allocated(),

@@ -12,6 +12,7 @@ class CpuKind(DeviceKind):
     name = "cpu"
     default_backend = "gloo"
     accepted_backends = frozenset({"gloo"})
+    backend_owner = "CPUs"
     default_amp_dtype = torch.bfloat16
 
     def probe(self):

@@ -1,9 +1,5 @@
 """NVIDIA GPUs through torch.cuda, collectives over NCCL."""
 
-import os
-
-import torch
-
 from devicekit.kinds.base import AcceleratorKind
 from devicekit.kinds.visible import parse_cuda
 
@@ -13,8 +9,11 @@ class CudaKind(AcceleratorKind):
     default_backend = "nccl"
     # gloo also moves CUDA tensors; it is a legitimate (slow) choice.
     accepted_backends = frozenset({"nccl", "gloo"})
+    backend_owner = "NVIDIA GPUs"
     visible_devices_env = "CUDA_VISIBLE_DEVICES"
+    display_name, device_noun = "CUDA", "GPU"
     install_hint = "install a CUDA build of torch and check `nvidia-smi`"
+    check_hint = "check `nvidia-smi` and the variable"
 
     def visible_devices(self, environ):
         value = environ.get(self.visible_devices_env)
@@ -26,25 +25,3 @@ class CudaKind(AcceleratorKind):
 
     def prefers_channels_last(self, amp):
         return amp
-
-    @staticmethod
-    def _accelerator_type():
-        accelerator = torch.accelerator.current_accelerator()
-        return None if accelerator is None else accelerator.type
-
-    def device_count(self):
-        return self.module.device_count() if self._accelerator_type() == "cuda" else 0
-
-    def probe(self):
-        # Ask torch.accelerator, not torch.cuda.is_available(): torch_npu's
-        # transfer_to_npu shim patches the latter to report True on an NPU machine.
-        if self._accelerator_type() != "cuda":
-            return False, ("this torch has no CUDA support "
-                           f"(torch.accelerator reports {self._accelerator_type()}); "
-                           f"{self.install_hint}")
-        self.visible_devices(os.environ)
-        if self.module.device_count() == 0:
-            return False, ("no GPU is visible "
-                           f"({self.visible_devices_env}={os.environ.get(self.visible_devices_env)!r}); "
-                           "check `nvidia-smi` and the variable")
-        return True, ""

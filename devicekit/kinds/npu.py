@@ -2,22 +2,39 @@
 
 torch_npu is imported only when an NPU is asked for or probed, and the reason it cannot
 load is kept so every caller reports the same clear line.
+
+Settings that decide speed, checked against torch-npu 2.13.0's sources:
+- kernels: on the chips whose recommended default is the compile-once binary kernels
+  (Atlas A2 "Ascend910B*", A3 "Ascend910_93*") devicekit sets `jit_compile=False` when it
+  binds the device, so an older CANN's on-line compilation default cannot slow a run down;
+  elsewhere (Ascend 910A) the CANN default stands. DEVICEKIT_NPU_JIT_COMPILE=0/1 forces it.
+- autocast: device type "npu" (`torch.autocast("cuda")` is a silent no-op on an NPU).
+- GradScaler: torch_npu's `torch.npu.amp.GradScaler`, Ascend's recommendation (see
+  `grad_scaler`).
 """
 
 import importlib.metadata
 import importlib.util
 import os
+import platform
+import re
 import sys
+from typing import Dict, Mapping, Optional, Tuple
 
 import torch
 
+from devicekit.errors import UsageError
 from devicekit.kinds.base import AcceleratorKind
 from devicekit.kinds.visible import parse_ascend
 
 CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+CANN_INSTALL_INFO = "/etc/Ascend/ascend_cann_install.info"
+JIT_COMPILE_ENV = "DEVICEKIT_NPU_JIT_COMPILE"
+# torch_npu itself tells these chips apart by the same name prefixes.
+BINARY_KERNEL_CHIPS = ("Ascend910B", "Ascend910_93")
 
 
-def torch_npu_version():
+def torch_npu_version() -> Optional[str]:
     """The installed torch-npu distribution's version, read without importing it, or None."""
     try:
         return importlib.metadata.version("torch-npu")
@@ -25,16 +42,82 @@ def torch_npu_version():
         return None
 
 
+def cann_install(environ: Mapping[str, str]) -> Dict[str, Optional[str]]:
+    """The CANN toolkit's version and folder, read from its install files without importing
+    torch_npu: {"version", "path", "found_by"} (all None when none is found). Looked for
+    where set_env.sh points (ASCEND_TOOLKIT_HOME, ASCEND_HOME_PATH), then under the
+    Install_Path of /etc/Ascend/ascend_cann_install.info, /usr/local/Ascend and ~/Ascend
+    (ascend-toolkit/latest up to CANN 8, cann from 8.5)."""
+    roots = [(environ[var], var) for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
+             if environ.get(var)]
+    install_path = _info_value(CANN_INSTALL_INFO, "Install_Path")
+    bases = ([(install_path, CANN_INSTALL_INFO)] if install_path else []) + [
+        ("/usr/local/Ascend", "the default location"),
+        (os.path.expanduser("~/Ascend"), "the default location")]
+    for base, found_by in bases:
+        roots += [(os.path.join(base, "ascend-toolkit", "latest"), found_by),
+                  (os.path.join(base, "cann"), found_by)]
+    arch = f"{platform.machine()}-linux"
+    for root, found_by in roots:
+        for folder in (root, os.path.join(root, "latest")):
+            version = _info_value(os.path.join(folder, arch, "ascend_toolkit_install.info"),
+                                  "version")
+            if version:
+                return {"version": version, "path": os.path.realpath(folder),
+                        "found_by": found_by}
+    return {"version": None, "path": None, "found_by": None}
+
+
+def _info_value(path: str, key: str) -> Optional[str]:
+    """The value of `key=value` in an Ascend .info file, or None (no file, no key)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip().strip('"') or None
+    return None
+
+
+def release(version: str) -> Optional[Tuple[int, int, int]]:
+    """(major, minor, patch) of a version string ("2.13.0+cpu", "2.13.0.post1"), or None."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3] or 0))
+
+
+def torch_npu_matches(npu_version: str, torch_version: str) -> bool:
+    """Whether torch_npu `npu_version` pairs with torch `torch_version`: torch-npu X.Y.Z
+    requires torch==X.Y.Z.* (its wheels' Requires-Dist)."""
+    return release(npu_version) is not None and release(npu_version) == release(torch_version)
+
+
+def jit_compile_override(environ: Mapping[str, str]) -> Optional[bool]:
+    """DEVICEKIT_NPU_JIT_COMPILE: True for "1" (kernels compiled on line), False for "0"
+    (binary kernels), None when unset."""
+    value = environ.get(JIT_COMPILE_ENV)
+    if value is None:
+        return None
+    if value.strip() not in ("0", "1"):
+        raise UsageError(f"{JIT_COMPILE_ENV}={value!r} must be 0 (binary kernels) or 1 "
+                         "(kernels compiled on line), or unset (devicekit's choice per chip)")
+    return value.strip() == "1"
+
+
 class NpuKind(AcceleratorKind):
     name = "npu"
     default_backend = "hccl"
     accepted_backends = frozenset({"hccl"})
+    backend_owner = "Ascend NPUs (Habana Gaudi uses the same name)"
     visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
     install_hint = "pip install 'devicekit[npu]'"
 
     def __init__(self):
         self._load_error = None
         self._loaded = False
+        self._compile_mode_set = False
 
     def visible_devices(self, environ):
         value = environ.get(self.visible_devices_env)
@@ -106,3 +189,21 @@ class NpuKind(AcceleratorKind):
         if self.load_state()[0] != "ok":
             return 0
         return self.module.device_count()
+
+    def set_device(self, index):
+        jit_compile = jit_compile_override(os.environ)
+        self.module.set_device(index)
+        if self._compile_mode_set:
+            return
+        if jit_compile is None and self.module.get_device_name().startswith(BINARY_KERNEL_CHIPS):
+            jit_compile = False
+        # Not is_jit_compile_false(): it would initialise the device to answer.
+        if jit_compile is not None:
+            self.module.set_compile_mode(jit_compile=jit_compile)
+        self._compile_mode_set = True
+
+    def grad_scaler(self, enabled, **kwargs):
+        # torch_npu's subclass of torch.amp.GradScaler, as Ascend's migration guide uses:
+        # on chips that saturate instead of producing inf/nan (910A) it reads the overflow
+        # flag torch's own class cannot see, and `dynamic=False` gives a static loss scale.
+        return self.module.amp.GradScaler(enabled=enabled, **kwargs)

@@ -7,7 +7,8 @@ from devicekit.errors import UsageError
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 
 
-def _entries(var, value):
+def split_entries(var, value):
+    """The comma-separated entries of a visible-devices value (none for an empty one)."""
     value = value.strip()
     if value == "":
         return []
@@ -19,7 +20,8 @@ def _entries(var, value):
     return entries
 
 
-def _check_unique(var, value, entries):
+def check_distinct(var, value, entries):
+    """UsageError when an entry is listed twice."""
     seen = set()
     for entry in entries:
         if entry in seen:
@@ -34,13 +36,13 @@ def parse_ascend(var, value):
     The Ascend runtime silently drops devices after a malformed entry and reports no
     device at all for an unordered list, so each of these is an error here instead.
     """
-    entries = _entries(var, value)
+    entries = split_entries(var, value)
     for entry in entries:
         if not entry.isdigit():
             raise UsageError(
                 f"{var}={value!r}: {entry!r} is not a device id; use non-negative integers "
                 f"separated by commas, e.g. {var}=0,1,2,3")
-    _check_unique(var, value, entries)
+    check_distinct(var, value, entries)
     ids = [int(entry) for entry in entries]
     if ids != sorted(ids):
         raise UsageError(
@@ -51,11 +53,11 @@ def parse_ascend(var, value):
 
 def parse_cuda(var, value):
     """Parse CUDA_VISIBLE_DEVICES: distinct integer ids or GPU-/MIG- UUIDs (any order)."""
-    entries = _entries(var, value)
+    entries = split_entries(var, value)
     for entry in entries:
         if not (entry.isdigit() or _UUID.match(entry)):
             raise UsageError(
                 f"{var}={value!r}: {entry!r} is not a device id or GPU-/MIG- UUID; "
                 f"CUDA ignores every device from there on. Use e.g. {var}=0,1")
-    _check_unique(var, value, entries)
+    check_distinct(var, value, entries)
     return [int(entry) if entry.isdigit() else entry for entry in entries]

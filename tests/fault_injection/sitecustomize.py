@@ -5,7 +5,8 @@ launcher's worker or in a process started by multiprocessing's spawn, which runs
 file too), its train_one_epoch and prepare_batch are wrapped: in the process whose
 torch.distributed rank is FAULT_RANK, the FAULT_AT_STEP-th training step (counted from 1
 over the whole run) first writes {"time": time.time(), "rank", "step", "pid", "kind"} as
-JSON to FAULT_STAMP (atomically) and then
+JSON to FAULT_STAMP (atomically; with FAULT_ONCE=1 a stamp already there means the fault
+fired before, in a run that has since been restarted, and nothing happens) and then
 
     FAULT_KIND=kill   sends itself SIGKILL (a crash no Python code sees), or
     FAULT_KIND=raise  raises RuntimeError("injected fault") (an ordinary Python error).
@@ -25,6 +26,8 @@ _KIND = os.environ.get("FAULT_KIND")
 
 def _fault_now(rank, step):
     stamp = os.environ.get("FAULT_STAMP")
+    if stamp and os.environ.get("FAULT_ONCE") and os.path.exists(stamp):
+        return  # fired in an earlier attempt: a restarted run goes on undisturbed
     if stamp:
         import json
         import time

@@ -16,7 +16,13 @@ environment:
   re-indexed from 0, invalid or out-of-range ids are dropped silently, and an unordered
   list leaves no device at all;
 - ``FAKE_NPU_IMPORT_ERROR``: when set, importing this package raises ImportError with
-  that text (e.g. the loader's "libhccl.so: cannot open shared object file ...").
+  that text (e.g. the loader's "libhccl.so: cannot open shared object file ...");
+- ``FAKE_NPU_NAME``: what ``get_device_name()`` answers (default ``Ascend910B3``, an
+  Atlas A2 chip).
+
+Mixed precision is there as torch_npu 2.13.0 has it: ``get_amp_supported_dtype`` (which
+``torch.autocast("npu")`` requires of the device module) and ``amp.GradScaler``, a
+subclass of torch.amp.GradScaler with torch_npu's signature (``dynamic=``, no device).
 
 These registrations are process-global and cannot be undone: import this module only in
 a subprocess.
@@ -59,9 +65,9 @@ def _visible_count():
 def _recorded(func):
     """Wrap a device function so each call is appended to CALLS."""
 
-    def wrapper(*args):
-        CALLS.append([func.__name__, *args])
-        return func(*args)
+    def wrapper(*args, **kwargs):
+        CALLS.append([func.__name__, *args, *([kwargs] if kwargs else [])])
+        return func(*args, **kwargs)
 
     wrapper.__name__ = func.__name__
     wrapper.__doc__ = func.__doc__
@@ -117,10 +123,47 @@ def memory_reserved(device=None):
     return 0
 
 
+@_recorded
+def get_device_name(device=None):
+    """The chip's name, as the runtime reports it (e.g. Ascend910B3, Ascend910_9391)."""
+    return os.environ.get("FAKE_NPU_NAME", "Ascend910B3")
+
+
+@_recorded
+def set_compile_mode(jit_compile=False):
+    """Choose kernels compiled on line (True) or the binary ones (False)."""
+
+
+@_recorded
+def is_jit_compile_false():
+    """The real one initialises the device to answer; devicekit must not call it."""
+    return True
+
+
+def get_amp_supported_dtype():
+    """The dtypes autocast may use on this chip."""
+    return [torch.float16, torch.bfloat16, torch.float32]
+
+
+class GradScaler(torch.amp.grad_scaler.GradScaler):
+    """torch_npu's GradScaler: torch's, with `dynamic` (static loss scale when False)."""
+
+    def __init__(self, init_scale=2. ** 16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, dynamic=True, enabled=True):
+        CALLS.append(["amp.GradScaler", {"init_scale": init_scale, "dynamic": dynamic,
+                                         "enabled": enabled}])
+        super().__init__("npu", init_scale, growth_factor, backoff_factor, growth_interval,
+                         enabled)
+        self.dynamic = dynamic
+
+
 npu = types.ModuleType("torch_npu.npu", "The simulated torch.npu device module.")
 for _func in (is_available, device_count, set_device, current_device, synchronize,
-              memory_allocated, max_memory_allocated, memory_reserved):
+              memory_allocated, max_memory_allocated, memory_reserved, get_device_name,
+              set_compile_mode, is_jit_compile_false, get_amp_supported_dtype):
     setattr(npu, _func.__name__, _func)
+npu.amp = types.ModuleType("torch_npu.npu.amp", "The simulated torch.npu.amp.")
+npu.amp.GradScaler = GradScaler
 npu.CALLS = CALLS
 
 

@@ -1,0 +1,42 @@
+"""`python -m torch.distributed.launch`: torchrun's variables, plus `--local-rank=N` appended
+to the script's arguments (torch 1.x wrote `--local_rank=N`, and exported no LOCAL_RANK).
+
+Told apart from torchrun by that argument (LaunchOptions.local_rank). Its workers join the
+store the launcher serves, or that rank 0 serves through env:// (torch 1.x).
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments.reading import to_int
+from devicekit.environments.torchrun import (
+    RANK_VARIABLES, has_rank_variables, rank_variables_context)
+from devicekit.errors import UsageError
+
+
+def pop_local_rank(argv: Sequence[str]) -> Tuple[List[str], Optional[int]]:
+    """Remove torch.distributed.launch's `--local-rank=N` (or `--local_rank N`, either
+    spelling, either form) from `argv`; return (remaining argv, N or None)."""
+    remaining, local_rank, tokens = [], None, iter(argv)
+    for token in tokens:
+        name, has_value, value = token.partition("=")
+        if name not in ("--local-rank", "--local_rank"):
+            remaining.append(token)
+            continue
+        if not has_value:
+            value = next(tokens, None)
+            if value is None:
+                raise UsageError(f"{name} needs a value, e.g. {name}=0")
+        local_rank = to_int(value, name)
+    return remaining, local_rank
+
+
+class DistributedLaunch(LaunchEnvironment):
+    name = "launch"
+    variables = RANK_VARIABLES
+
+    def detect(self, environ, options):
+        return has_rank_variables(environ) and options.local_rank is not None
+
+    def context(self, options, environ, kind):
+        return rank_variables_context(self.name, True, options, environ, kind)

@@ -1,0 +1,46 @@
+"""No launcher; the script says who each process is: a trainer's --rank/--world-size
+processes started by hand, or a script's own mp.spawn children calling
+init_distributed(rank=..., world_size=...). The ranks meet in devicekit's rendezvous at
+the init method URL, --addr/--port, MASTER_ADDR/MASTER_PORT, or loopback:29500."""
+
+from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments.context import LaunchContext
+from devicekit.environments.reading import DEFAULT_PORT, check_device, master, to_int
+from devicekit.errors import UsageError
+
+
+class Explicit(LaunchEnvironment):
+    name = "cli"
+    variables = ("MASTER_ADDR", "MASTER_PORT")
+    started_by_launcher = False
+
+    def detect(self, environ, options):
+        return options.world_size not in (None, 1) or options.rank not in (None, 0)
+
+    def context(self, options, environ, kind):
+        if options.world_size is None:
+            raise UsageError(f"{options.show('rank', options.rank)} needs "
+                             f"{options.name('world_size')} (the number of processes) too; a "
+                             "single process needs neither")
+        world_size = to_int(options.world_size, options.name("world_size"), 1)
+        if options.rank is None:
+            raise UsageError(f"{options.show('world_size', world_size)} needs "
+                             f"{options.name('rank')} for this process too (or start the run "
+                             "with torchrun)")
+        rank = to_int(options.rank, options.name("rank"))
+        if rank >= world_size:
+            raise UsageError(f"{options.show('rank', rank)} is not below "
+                             f"{options.show('world_size', world_size)}")
+        addr, port = master(options, environ, 1, DEFAULT_PORT)
+        if options.gpu is not None:
+            device_index, source = to_int(options.gpu, options.name("gpu")), options.name("gpu")
+        elif options.local_rank is not None:
+            device_index, source = options.local_rank, options.name("local_rank")
+        else:
+            # A trainer's --rank/--world-size processes each use device 0 unless told (the
+            # reference's way); a script's own processes on one node use the device of
+            # their rank.
+            device_index, source = (0, options.name("gpu")) if options.cli else (rank, "rank")
+        ctx = LaunchContext(self.name, rank, device_index, world_size, world_size, 0, 1, addr,
+                            port, device_index)
+        return check_device(ctx, kind, source)

@@ -1,0 +1,39 @@
+"""What an MPI launcher hands each process: its rank, the world size, its rank and the
+process count on its node; no master address (MASTER_ADDR is needed on several nodes).
+Nodes are numbered rank // processes per node (mpirun's default, block placement). The
+ranks meet in devicekit's rendezvous. Open MPI and MPICH/Intel MPI differ only in names."""
+
+from typing import Tuple
+
+from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments.context import LaunchContext
+from devicekit.environments.reading import (
+    DEFAULT_PORT, check_device, check_ranks, count, master, read_numbers, require)
+
+
+class MpiEnvironment(LaunchEnvironment):
+    """An MPI launcher whose variables are (rank, size, local rank, local size)."""
+
+    names: Tuple[str, str, str, str] = ("", "", "", "")
+
+    @property
+    def variables(self):
+        return self.names + ("MASTER_ADDR", "MASTER_PORT")
+
+    def detect(self, environ, options):
+        return count(environ, self.names[1]) > 1
+
+    def context(self, options, environ, kind):
+        rank_var, size_var, local_var, local_size_var = self.names
+        values = read_numbers(environ, {rank_var: 0, size_var: 1, local_var: 0,
+                                        local_size_var: 1})
+        rank, world_size, local_rank = (require(values, name)
+                                        for name in (rank_var, size_var, local_var))
+        local_world_size = values.get(local_size_var, world_size)
+        check_ranks(rank, world_size, local_rank, local_world_size,
+                    (rank_var, size_var, local_var, local_size_var))
+        nnodes = world_size // local_world_size
+        addr, port = master(options, environ, nnodes, DEFAULT_PORT)
+        ctx = LaunchContext(self.name, rank, local_rank, world_size, local_world_size,
+                            rank // local_world_size, nnodes, addr, port, local_rank)
+        return check_device(ctx, kind, local_var)

@@ -1,0 +1,13 @@
+"""MPICH and Intel MPI (the Hydra process manager): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID and
+MPI_LOCALNRANKS per process. Slurm's `srun --mpi=pmi2` sets PMI_RANK/PMI_SIZE too, but not
+MPI_LOCALRANKID: such tasks are Slurm's."""
+
+from devicekit.environments.mpi import MpiEnvironment
+
+
+class Mpich(MpiEnvironment):
+    name = "mpich"
+    names = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+
+    def detect(self, environ, options):
+        return super().detect(environ, options) and "MPI_LOCALRANKID" in environ

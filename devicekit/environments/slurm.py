@@ -1,0 +1,98 @@
+"""Slurm's srun: per task SLURM_PROCID (rank), SLURM_NTASKS (world size), SLURM_LOCALID
+(local rank), SLURM_NODEID (node), the tasks per node, the node list and SLURM_JOB_ID.
+
+Tasks per node come from SLURM_STEP_TASKS_PER_NODE (the step's own layout), else
+SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE, in Slurm's form `4`, `4(x2)` or
+`4(x2),3` (nodes may run different numbers of tasks). Slurm exports no master: unless
+MASTER_ADDR (or --addr/--dist-url) says otherwise, node 0 is the first host of
+SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), and the port, unless MASTER_PORT (or
+--port), is 15000 + the last four digits of SLURM_JOB_ID, as Lightning derives it, so
+every task agrees without talking. The ranks meet in devicekit's rendezvous.
+"""
+
+import re
+from typing import List, Mapping, Optional
+
+from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments.context import LaunchContext
+from devicekit.environments.hostlist import first_host
+from devicekit.environments.reading import (
+    DEFAULT_PORT, PORT, check_below, check_device, count, master, read_numbers, require, to_int)
+from devicekit.errors import UsageError
+
+_LAYOUT_VARIABLES = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
+                     "SLURM_NTASKS_PER_NODE")
+_NODE_LISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
+_FIX = ": srun exports SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID to every task"
+PORT_BASE = 15000
+
+
+def tasks_per_node(variable: str, value: str) -> List[int]:
+    """Slurm's compressed tasks-per-node list expanded: `4(x2),3` -> [4, 4, 3]."""
+    counts = []
+    for item in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < 1):
+            raise UsageError(f"{variable}={value!r} is not Slurm's tasks-per-node form "
+                             "(e.g. 4, 4(x2) or 4(x2),3)")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def job_port(environ: Mapping[str, str]) -> int:
+    """15000 + the last four digits of SLURM_JOB_ID (29500 without a job id)."""
+    if "SLURM_JOB_ID" not in environ:
+        return DEFAULT_PORT
+    return PORT_BASE + to_int(environ["SLURM_JOB_ID"], "SLURM_JOB_ID") % 10000
+
+
+def _node0(environ: Mapping[str, str]) -> Optional[str]:
+    for variable in _NODE_LISTS:
+        if environ.get(variable):
+            return first_host(variable, environ[variable])
+    return None
+
+
+class Slurm(LaunchEnvironment):
+    name = "slurm"
+    variables = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
+                 *_LAYOUT_VARIABLES, *_NODE_LISTS, "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT")
+
+    def detect(self, environ, options):
+        return count(environ, "SLURM_NTASKS") > 1 and "SLURM_PROCID" in environ
+
+    def context(self, options, environ, kind):
+        values = read_numbers(environ, {"SLURM_PROCID": 0, "SLURM_NTASKS": 1,
+                                        "SLURM_LOCALID": 0, "SLURM_NODEID": 0,
+                                        "MASTER_PORT": PORT})
+        rank, world_size, local_rank = (require(values, name, _FIX) for name in
+                                        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
+        check_below("SLURM_PROCID", rank, "SLURM_NTASKS", world_size,
+                    f": ranks run from 0 to {world_size - 1}")
+        layout = next((variable for variable in _LAYOUT_VARIABLES if environ.get(variable)), None)
+        counts = [world_size] if layout is None else tasks_per_node(layout, environ[layout])
+        if len(counts) == 1:
+            # One count: every node runs that many tasks.
+            if world_size % counts[0]:
+                raise UsageError(f"SLURM_NTASKS={world_size} is not a multiple of {layout}="
+                                 f"{counts[0]}: every node must run the same number of ranks")
+            counts = counts * (world_size // counts[0])
+        elif sum(counts) != world_size:
+            raise UsageError(f"{layout}={environ[layout]!r} adds up to {sum(counts)} tasks "
+                             f"but SLURM_NTASKS={world_size}")
+        node_rank = values.get("SLURM_NODEID")
+        if node_rank is None:  # block distribution, Slurm's default
+            node_rank = next(node for node in range(len(counts)) if rank < sum(counts[:node + 1]))
+        if node_rank >= len(counts):
+            told = (f"{layout}={environ[layout]!r} describes" if layout else
+                    "SLURM_NTASKS alone describes (no tasks-per-node variable is set)")
+            raise UsageError(f"SLURM_NODEID={node_rank} is not below the {len(counts)} node(s) "
+                             f"that {told}")
+        if local_rank >= counts[node_rank]:
+            raise UsageError(f"SLURM_LOCALID={local_rank} is not below the {counts[node_rank]} "
+                             f"task(s) of node {node_rank}")
+        addr, port = master(options, environ, len(counts), job_port(environ),
+                            lambda: _node0(environ))
+        ctx = LaunchContext(self.name, rank, local_rank, world_size, counts[node_rank],
+                            node_rank, len(counts), addr, port, local_rank)
+        return check_device(ctx, kind, "SLURM_LOCALID")

@@ -1,0 +1,71 @@
+"""torchrun (and `python -m torch.distributed.run`): RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID per worker.
+
+Its workers join the store torchrun's agent serves (env://). The reading of these
+variables is shared with torch.distributed.launch and the shell loop (`env`), which
+export the same ones.
+"""
+
+from typing import Mapping
+
+from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
+from devicekit.environments.reading import (
+    PORT, check_device, check_gpu_agrees, check_local_rank_agrees, check_ranks, listed_device,
+    read_numbers, refuse_spawning, require)
+from devicekit.errors import UsageError
+
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+_FIX = (": the launcher must export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
+        "MASTER_PORT (torchrun does)")
+
+
+def has_rank_variables(environ: Mapping[str, str]) -> bool:
+    """Whether a launcher of the torchrun family (or one that copies it) set any of its
+    per-process variables."""
+    return any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def rank_variables_context(name: str, launcher_store: bool, options: LaunchOptions,
+                           environ: Mapping[str, str], kind) -> LaunchContext:
+    """The context torchrun's variables describe, as environment `name`."""
+    refuse_spawning(options)
+    values = read_numbers(environ, {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0,
+                                    "LOCAL_WORLD_SIZE": 1, "GROUP_RANK": 0, "NODE_RANK": 0,
+                                    "MASTER_PORT": PORT})
+    rank = require(values, "RANK", _FIX)
+    world_size = require(values, "WORLD_SIZE", _FIX)
+    if "LOCAL_RANK" in values:
+        local_rank = values["LOCAL_RANK"]
+        check_local_rank_agrees(options, local_rank)
+    elif options.local_rank is not None:
+        local_rank = options.local_rank
+    else:
+        raise UsageError("LOCAL_RANK is not set" + _FIX)
+    for variable in ("MASTER_ADDR", "MASTER_PORT"):
+        if not environ.get(variable):
+            raise UsageError(f"{variable} is not set" + _FIX)
+    local_world_size = values.get("LOCAL_WORLD_SIZE", world_size)
+    check_ranks(rank, world_size, local_rank, local_world_size,
+                ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+    node_rank = values.get("GROUP_RANK", values.get("NODE_RANK", rank // local_world_size))
+    check_gpu_agrees(options, local_rank)
+    ctx = LaunchContext(name, rank, local_rank, world_size, local_world_size, node_rank,
+                        world_size // local_world_size, environ["MASTER_ADDR"],
+                        values["MASTER_PORT"], listed_device(options, local_rank, "LOCAL_RANK"),
+                        launcher_store=launcher_store)
+    return check_device(ctx, kind, "LOCAL_RANK" if not options.device_list
+                        else options.name("device_list"))
+
+
+class Torchrun(LaunchEnvironment):
+    name = "torchrun"
+    variables = RANK_VARIABLES + ("TORCHELASTIC_RUN_ID",)
+
+    def detect(self, environ, options):
+        return has_rank_variables(environ) and "TORCHELASTIC_RUN_ID" in environ
+
+    def context(self, options, environ, kind):
+        return rank_variables_context(self.name, True, options, environ, kind)

@@ -14,7 +14,7 @@ from devicekit.errors import UsageError
 from devicekit.launch import LaunchOptions, resolve_launch
 # The namespaces, the marked-process harness and the hard time limit of the two-node test.
 from test_faults import (  # noqa: F401  (fixtures are used by name)
-    GONE_BOUND_S, PY, Tracked, _hard_time_limit, time_limit, two_namespaces)
+    GONE_BOUND_S, PY, Tracked, _hard_time_limit, run_8p_on_two_nodes, time_limit, two_namespaces)
 
 
 class FakeAccelerator:
@@ -539,15 +539,7 @@ def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
     assert not (tmp_path / "slurm1").exists(), "only global rank 0 writes"
 
     with Tracked(tmp_path, "run_8p") as run:
-        for node in (0, 1):
-            env = run.env(NNODES=2, NODE_RANK=node, MASTER_ADDR=ns["addresses"][0],
-                          MASTER_PORT=29500, NPROC_PER_NODE=2, LOG_DIR=tmp_path / f"logs{node}",
-                          PYTHON=PY)
-            run.start(f"node{node}", ["ip", "netns", "exec", ns["names"][node], "bash",
-                                      "launch/run_8p.sh", *TINY, "--output-dir",
-                                      tmp_path / f"out{node}"], env)
-        shell = [run.wait(f"node{node}", 240)[0] for node in (0, 1)]
-        run.wait_all_gone(GONE_BOUND_S)
+        shell = run_8p_on_two_nodes(run, ns, TINY, tmp_path, log_dir="logs", timeout=240)
     assert [result.returncode for result in shell] == [0, 0], "\n".join(map(str, shell))
     shell_weights = {}
     for node in (0, 1):

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from devicekit.launch import find_free_port
+from conftest import is_launcher_variable
 from processes import taken_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,14 +61,10 @@ GONE_BOUND_S = 30  # from the launcher's exit until no process of the run is lef
 NEVER_ARRIVES_BOUND_S = 30  # the whole run of a rank 0 whose peer never comes (timeout 5 s)
 DEFAULT_TIME_LIMIT_S = 300
 
-# Variables that a launcher, a scheduler, run_8p.sh or an earlier fault run may have left in
-# the test's own environment; none may leak into a child.
-_STRIP = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-          "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK", "NNODES",
-          "NPROC_PER_NODE", "LOG_DIR", "BIND_CORES", "PYTHON", "RANK_ID", "RANK_SIZE",
-          "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"}
-_STRIP_PREFIXES = ("MASTER_", "TORCHELASTIC", "SLURM", "OMPI", "PMI_", "PMIX_", "DEVICEKIT_",
-                   "FAULT_")
+# Besides every launcher's variables (conftest.is_launcher_variable), what run_8p.sh, gloo
+# or an earlier fault run may have left in the test's own environment: none may leak.
+_STRIP = {"NNODES", "NODE_RANK", "NPROC_PER_NODE", "LOG_DIR", "BIND_CORES", "PYTHON",
+          "MAX_RESTARTS", "SCRIPT", "GLOO_SOCKET_IFNAME"}
 
 
 # -- a hard time limit per test ---------------------------------------------------------------
@@ -136,7 +133,7 @@ def child_env(marker, fault=None, **extra):
     """os.environ without launch variables, repo importable (the fault injector first when
     `fault` is given), cpu forced, one thread per process, `marker`, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
-           if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
+           if k not in _STRIP and not k.startswith("FAULT_") and not is_launcher_variable(k)}
     path = [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if fault is not None:
         path.insert(0, str(FAULT_DIR))
@@ -638,21 +635,28 @@ def test_interface_towards_inside_a_namespace(two_namespaces, tmp_path):
     assert json.loads(result.stdout) == [ns["links"][0], None, ns["addresses"][0]], result
 
 
+def run_8p_on_two_nodes(run, ns, args, tmp_path, log_dir="node", timeout=200):
+    """run_8p.sh with 2 ranks on each of the two namespaces' nodes (rank logs in
+    tmp_path/<log_dir><node>); the Finished of both nodes."""
+    for node in (0, 1):
+        env = run.env(NNODES=2, NODE_RANK=node, MASTER_ADDR=ns["addresses"][0],
+                      MASTER_PORT=29500, NPROC_PER_NODE=2, LOG_DIR=tmp_path / f"{log_dir}{node}",
+                      PYTHON=PY)
+        run.start(f"node{node}", ["ip", "netns", "exec", ns["names"][node], "bash",
+                                  "launch/run_8p.sh", *args, "--output-dir",
+                                  tmp_path / f"out{node}"], env)
+    results = [run.wait(f"node{node}", timeout)[0] for node in (0, 1)]
+    run.wait_all_gone(GONE_BOUND_S)
+    return results
+
+
 @time_limit(240)
 def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
     ns = two_namespaces
     args = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "16",
             "--epochs", "2", "--steps-per-epoch", "3", "--val-steps", "2", "-j", "0"]
     with Tracked(tmp_path) as run:
-        for node in (0, 1):
-            env = run.env(NNODES=2, NODE_RANK=node, MASTER_ADDR=ns["addresses"][0],
-                          MASTER_PORT=29500, NPROC_PER_NODE=2, LOG_DIR=tmp_path / f"node{node}",
-                          PYTHON=PY)
-            run.start(f"node{node}", ["ip", "netns", "exec", ns["names"][node], "bash",
-                                      "launch/run_8p.sh", *args, "--output-dir",
-                                      tmp_path / f"out{node}"], env)
-        results = [run.wait(f"node{node}", 200)[0] for node in (0, 1)]
-        run.wait_all_gone(GONE_BOUND_S)
+        results = run_8p_on_two_nodes(run, ns, args, tmp_path)
     logs = {(node, i): (tmp_path / f"node{node}" / f"rank_{i}.log").read_text()
             for node in (0, 1) for i in (0, 1)}
     everything = "\n".join(map(str, results)) + "".join(

@@ -38,10 +38,10 @@ from devicekit.accelerator import (  # noqa: E402
 from devicekit.amp import (  # noqa: E402
     GradScaler, amp_dtype, amp_enabled, autocast, prefers_channels_last)
 from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint  # noqa: E402
+from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp  # noqa: E402
 from devicekit.distributed import (  # noqa: E402
-    all_reduce_sum, barrier, broadcast_buffers, destroy_process_group, init_distributed,
-    is_initialized, is_main_process, local_rank, local_world_size, no_sync, node_rank, rank,
-    unwrap, world_size, wrap_ddp)
+    all_reduce_sum, barrier, destroy_process_group, init_distributed, is_initialized,
+    is_main_process, local_rank, local_world_size, node_rank, rank, world_size)
 from devicekit.errors import UsageError, exit_on_usage_error, warn  # noqa: E402
 from devicekit.kinds import register_kind  # noqa: E402
 from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402

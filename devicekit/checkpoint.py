@@ -21,7 +21,7 @@ import torch
 
 from devicekit import runtime
 from devicekit.accelerator import device as runtime_device
-from devicekit.distributed import unwrap
+from devicekit.ddp import unwrap
 from devicekit.errors import UsageError
 
 PREFIX = "module."

@@ -1,4 +1,4 @@
-"""Joining and leaving the process group, who this rank is, and DDP helpers.
+"""Joining and leaving the process group, who this rank is, and its collectives.
 
 `init_distributed()` binds the rank's device, sizes its CPU threads and joins the group
 with the kind's backend and a finite timeout -- at world size 1 too, so that
@@ -6,25 +6,20 @@ DistributedSampler, `dist.get_rank()` and DDP behave as under any launcher.
 """
 
 import atexit
-import contextlib
 import datetime
 import os
-import socket
-import threading
 import time
 from typing import Optional, Union
 
 import torch
 import torch.distributed as dist
 
-from devicekit import kinds, runtime
+from devicekit import kinds, rendezvous, runtime
 from devicekit.errors import UsageError, warn
 from devicekit.launch import LaunchContext, LaunchOptions
 from devicekit.network import interface_towards
 
 DEFAULT_TIMEOUT_S = 300.0
-STORE_MARGIN_S = 5.0  # beyond the timeout, for the store client to give up on its own first
-PROBE_S = 3.0  # asking whether a taken port is this run's rendezvous
 _WORKER_DRAIN_S = 0.05  # see destroy_process_group
 
 
@@ -131,154 +126,16 @@ def _join(ctx, kind, backend, timeout_s, timeout_label):
             os.environ["GLOO_SOCKET_IFNAME"] = interface
     try:
         if ctx.launcher_store and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            store = _agent_store(ctx, timeout_s, timeout_label)
+            store = rendezvous.agent_store(ctx, timeout_s, timeout_label)
         elif ctx.launcher_store:
             store = None  # an agent that serves no store: env:// makes rank 0 serve one
         else:
-            store = _rendezvous(ctx, timeout_s, timeout_label)
+            store = rendezvous.rendezvous(ctx, timeout_s, timeout_label)
         dist.init_process_group(backend=backend, store=store, rank=ctx.rank,
                                 world_size=ctx.world_size, timeout=timeout,
                                 init_method="env://" if store is None else None)
     except (RuntimeError, ValueError) as error:
-        raise _explain_setup_error(error, ctx, timeout_label) from None
-
-
-def _agent_store(ctx, timeout_s, timeout_label):
-    """The store torchrun's agent serves, under a prefix for this restart: torchrun keeps
-    one store across --max-restarts, and a restarted rank could otherwise read a peer's
-    address left there by the attempt before (gloo then fails, "Connection refused")."""
-    done, store = _bounded(timeout_s + STORE_MARGIN_S, lambda: dist.TCPStore(
-        ctx.master_addr, ctx.master_port, ctx.world_size, is_master=False,
-        timeout=datetime.timedelta(seconds=timeout_s)))
-    if not done:
-        raise UsageError(f"rank {ctx.rank}: the launcher's store at {ctx.master_addr}:"
-                         f"{ctx.master_port} did not answer within {timeout_label} "
-                         f"(+{STORE_MARGIN_S:g}s)")
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"devicekit/attempt{attempt}", store)
-
-
-def _bounded(seconds, call):
-    """`call()`, given at most `seconds`: torch's store client waits forever on a port
-    where something that is not a torch store listens, and name lookups can hang. Returns
-    (True, result) or (False, None) on time-out; the abandoned thread is a daemon."""
-    outcome = {}
-
-    def run():
-        try:
-            outcome["result"] = call()
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, name="devicekit-bounded", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        return False, None
-    if "error" in outcome:
-        raise outcome["error"]
-    return True, outcome["result"]
-
-
-def _resolve_master(ctx, timeout_s, timeout_label):
-    """Fail in one line when the master's host name does not resolve (in bounded time)."""
-    try:
-        done, _ = _bounded(timeout_s, lambda: socket.getaddrinfo(ctx.master_addr,
-                                                                ctx.master_port))
-    except OSError as error:
-        raise UsageError(f"the master address {ctx.master_addr!r} does not resolve "
-                         f"({error.strerror or error}): set MASTER_ADDR (or --addr) to node 0's "
-                         "host name or IP address") from None
-    if not done:
-        raise UsageError(f"looking up the master address {ctx.master_addr!r} took longer than "
-                         f"{timeout_label}: check MASTER_ADDR and this host's DNS")
-
-
-def _rendezvous(ctx, timeout_s, timeout_label):
-    """A TCP store on the master where every rank checks in under its rank, so that rank 0
-    can name the ranks that did not arrive within the timeout, and a rank claimed twice
-    is named as such. Every wait is bounded by the timeout (plus STORE_MARGIN_S)."""
-    _resolve_master(ctx, timeout_s, timeout_label)
-    where = f"{ctx.master_addr}:{ctx.master_port}"
-    try:
-        done, store = _bounded(timeout_s + STORE_MARGIN_S, lambda: dist.TCPStore(
-            ctx.master_addr, ctx.master_port, ctx.world_size, is_master=ctx.rank == 0,
-            timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False))
-    except (RuntimeError, ValueError) as error:
-        if ctx.rank == 0 and _is_address_in_use(error) and _rank_zero_listens(ctx):
-            raise UsageError(
-                f"two processes claim rank 0: another one already serves this run's "
-                f"rendezvous at {where}; give every process its own rank (RANK/--rank), or "
-                "stop the previous run") from None
-        raise
-    if not done:
-        raise UsageError(
-            f"rank {ctx.rank}: something listens at {where} but did not answer as a torch "
-            f"store within {timeout_label} (+{STORE_MARGIN_S:g}s): MASTER_PORT belongs to "
-            "another service? Choose a free port for MASTER_PORT on node 0")
-    if store.add(f"devicekit/claims/{ctx.rank}", 1) > 1:
-        raise UsageError(
-            f"two processes claim rank {ctx.rank} at {ctx.master_addr}:{ctx.master_port}: "
-            "give every process its own rank (RANK/--rank)")
-    if ctx.rank == 0:
-        deadline = time.monotonic() + timeout_s
-        keys = [f"devicekit/claims/{rank}" for rank in range(ctx.world_size)]
-        # Poll (store.wait would log a C++ warning line on timeout).
-        while not store.check(keys):
-            if time.monotonic() > deadline:
-                missing = [rank for rank, key in enumerate(keys) if not store.check([key])]
-                raise UsageError(
-                    f"rank(s) {', '.join(map(str, missing))} of {ctx.world_size} did not join "
-                    f"at {where} within {timeout_label}: start every rank (same "
-                    "MASTER_ADDR/MASTER_PORT and "
-                    "WORLD_SIZE) or check the network between the nodes")
-            time.sleep(0.05)
-    return dist.PrefixStore("devicekit/pg", store)
-
-
-def _is_address_in_use(error):
-    text = str(error)
-    return "address already in use" in text.lower() or "EADDRINUSE" in text
-
-
-def _rank_zero_listens(ctx):
-    """Whether the port is held by a devicekit rendezvous whose rank 0 has checked in."""
-    def ask():
-        client = dist.TCPStore(ctx.master_addr, ctx.master_port, is_master=False,
-                               timeout=datetime.timedelta(seconds=PROBE_S),
-                               wait_for_workers=False)
-        deadline = time.monotonic() + PROBE_S / 2
-        # The other rank 0 claims its rank a moment after it starts listening.
-        while not client.check(["devicekit/claims/0"]):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
-
-    try:
-        done, claimed = _bounded(PROBE_S, ask)
-    except (RuntimeError, ValueError):
-        return False
-    return done and claimed
-
-
-def _explain_setup_error(error, ctx, timeout_label):
-    text = str(error)
-    where = f"{ctx.master_addr}:{ctx.master_port}"
-    if _is_address_in_use(error):
-        return UsageError(
-            f"the master port {ctx.master_port} on {ctx.master_addr} is already in use: stop "
-            "the process holding it (a previous run?) or choose another with MASTER_PORT/--port")
-    if "connect" in text.lower() or "refused" in text.lower():
-        return UsageError(
-            f"rank {ctx.rank}: cannot reach the master at {where}: check MASTER_ADDR/MASTER_PORT "
-            f"and that rank 0 is running ({text.strip().splitlines()[0]})")
-    if "timed out" in text.lower() or "timeout" in text.lower():
-        return UsageError(
-            f"rank {ctx.rank}: not all {ctx.world_size} ranks joined at {where} within "
-            f"{timeout_label}; start every rank, check MASTER_ADDR/MASTER_PORT "
-            f"and the network ({text.strip().splitlines()[0]})")
-    return error
+        raise rendezvous.explain_setup_error(error, ctx, timeout_label) from None
 
 
 def is_initialized() -> bool:
@@ -344,58 +201,3 @@ def all_reduce_sum(tensor):
     if is_initialized():
         dist.all_reduce(tensor)
     return tensor
-
-
-def broadcast_buffers(module, src=0):
-    """Copy rank `src`'s buffers (batch-norm statistics) to every rank, so all ranks
-    evaluate the model that rank 0 checkpoints."""
-    if not is_initialized():
-        return
-    for buffer in module.buffers():
-        dist.broadcast(buffer, src)
-
-
-_DDP_ACCEPTS_FORWARD_SYNC = "forward_sync_buffers" in \
-    torch.nn.parallel.DistributedDataParallel.__init__.__code__.co_varnames
-
-
-def wrap_ddp(model: torch.nn.Module, **ddp_kwargs) -> torch.nn.parallel.DistributedDataParallel:
-    """`model` in DistributedDataParallel with the device_ids its kind wants (accelerators:
-    this rank's device; CPU: none), at every world size (1 included).
-
-    Gradients are views into DDP's communication buckets (``gradient_as_bucket_view``):
-    the same sums without two copies of every gradient per step. `broadcast_buffers=` is
-    passed on as torch's newer `forward_sync_buffers=` where that exists. Other keyword
-    arguments go to DistributedDataParallel unchanged.
-    """
-    if not is_initialized():
-        raise UsageError("wrap_ddp() needs the process group: call devicekit.init_distributed() "
-                         "first")
-    kind, ctx = runtime.kind(), runtime.context()
-    ddp_kwargs.setdefault("gradient_as_bucket_view", True)
-    if _DDP_ACCEPTS_FORWARD_SYNC and "broadcast_buffers" in ddp_kwargs:
-        ddp_kwargs.setdefault("forward_sync_buffers", ddp_kwargs.pop("broadcast_buffers"))
-    return torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=kind.ddp_device_ids(ctx.device_index), **ddp_kwargs)
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The module inside DistributedDataParallel, DataParallel and torch.compile wrappers."""
-    while True:
-        if isinstance(model, (torch.nn.parallel.DistributedDataParallel,
-                              torch.nn.DataParallel)):
-            model = model.module
-        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, torch.nn.Module):
-            model = model._orig_mod  # torch.compile's OptimizedModule
-        else:
-            return model
-
-
-def no_sync(model: torch.nn.Module, enabled: bool = True):
-    """A context in which `model`'s backward passes skip the gradient all-reduce (gradient
-    accumulation): DDP's `no_sync()` when `enabled` and the model has one, else nothing."""
-    if enabled:
-        inner = getattr(model, "no_sync", None)
-        if inner is not None:
-            return inner()
-    return contextlib.nullcontext()

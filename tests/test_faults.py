@@ -801,7 +801,7 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
 def test_a_port_held_by_another_service_fails_within_the_timeout(tmp_path):
     """A non-zero rank whose MASTER_PORT is some other service's (it accepts connections and
     never answers as a torch store) fails after --dist-timeout plus the stated margin."""
-    from devicekit.distributed import STORE_MARGIN_S
+    from devicekit.rendezvous import STORE_MARGIN_S
 
     with taken_port() as port, Tracked(tmp_path) as run:
         run.start("rank1", [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"],

@@ -844,3 +844,11 @@ def test_finetune_sampler_runs(ported_corpus, tmp_path):
     assert_same_weights(result)
     accuracies = losses(r"val acc (\d+\.\d)%", result.stdout)
     assert len(accuracies) == 3 and accuracies[-1] > 50, result.stdout
+
+
+def test_the_projects_own_application_code_has_nothing_cuda_only(capsys):
+    """main.py, trainer/, models/ and examples/ ask devicekit for every device decision:
+    `port --check` finds nothing to port in them."""
+    code = main(["--check", *(str(Path(ROOT) / name)
+                              for name in ("main.py", "trainer", "models", "examples"))])
+    assert code == 0, capsys.readouterr()

@@ -368,7 +368,7 @@ class ImageFolder(torch.utils.data.Dataset):
     workers forked from the process that built it then keep sharing its pages, where
     reading a list's objects writes their reference counts and so copies every page of
     the list into every worker as it goes (for ImageNet's 1.28 million files, about
-    200 MB per worker). :meth:`sample` gives one entry.
+    250 MB per worker). :meth:`sample` gives one entry.
 
     A missing root, a root with no class folders, or a class folder with no images raise
     :class:`UsageError` here, at construction.

@@ -1,6 +1,7 @@
 """DataLoaders for a rank: a shuffled, dropping shard for training, and an exact shard for
 validation (every sample evaluated once, whatever the world size)."""
 
+import gc
 import itertools
 
 import torch
@@ -73,13 +74,20 @@ class ShardSampler(Sampler):
         return len(self.indices)
 
 
+def freeze_inherited_objects(worker_id):
+    """DataLoader worker start: keep the objects inherited from the parent out of the garbage
+    collector's reach. Its first full collection would write to every one of them, copying
+    their pages into each forked worker (~35 MiB per worker measured, see README)."""
+    gc.freeze()
+
+
 def build_loaders(train_set, val_set, batch_size, workers, ctx, seed):
     """(train_loader, val_loader) for the rank described by `ctx`."""
     common = {"batch_size": batch_size, "num_workers": workers,
               "pin_memory": devicekit.pin_memory(),
               "persistent_workers": workers > 0}
     if workers > 0:
-        common["prefetch_factor"] = 4
+        common.update(prefetch_factor=4, worker_init_fn=freeze_inherited_objects)
     train_loader = DataLoader(EpochSeededDataset(train_set, seed),
                               sampler=EpochSeededSampler(train_set, ctx.world_size, ctx.rank, seed),
                               drop_last=True, **common)

@@ -45,8 +45,12 @@ from devicekit.distributed import (  # noqa: E402
 from devicekit.errors import UsageError, exit_on_usage_error, warn  # noqa: E402
 from devicekit.kinds import register_kind  # noqa: E402
 from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402
-from devicekit.processes import RankFailed, launch, nprocs_per_node  # noqa: E402
+from devicekit.processes import (  # noqa: E402
+    RankFailed, die_with_launcher, launch, nprocs_per_node)
 from devicekit.seeding import seed_everything  # noqa: E402
+
+# A rank of launch/run_8p.sh dies with it, even when the script is SIGKILLed.
+die_with_launcher()
 
 __version__ = "0.2.0"
 

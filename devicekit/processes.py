@@ -28,6 +28,7 @@ from devicekit.launch import LaunchContext, LaunchOptions, launcher_of
 NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
 STOP_GRACE_S = 10.0  # a rank that ignores SIGTERM this long is killed
 _PR_SET_PDEATHSIG = 1
+LAUNCHER_PID_ENV = "DEVICEKIT_LAUNCHER_PID"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -122,14 +123,28 @@ def _run_here(fn, args, ctx):
         destroy_process_group()
 
 
-def _child(index, fn, args, parent, kind_name, failures):
-    # Die with the parent, whatever kills it: a rank must never outlive its run.
+def _die_with_parent():
+    """Be killed when the parent process dies, whatever kills it (Linux; elsewhere a no-op):
+    a rank must never outlive its run."""
+    parent = os.getppid()
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:
+        return
+    if os.getppid() != parent:
         os._exit(1)  # the parent died before prctl took effect
+
+
+def die_with_launcher():
+    """In a rank that launch/run_8p.sh started (it exports its own pid as
+    DEVICEKIT_LAUNCHER_PID), die when the script dies, even by SIGKILL, which it cannot
+    trap to stop its ranks itself. devicekit calls this when it is imported."""
+    if os.environ.get(LAUNCHER_PID_ENV) == str(os.getppid()):
+        _die_with_parent()
+
+
+def _child(index, fn, args, parent, kind_name, failures):
+    _die_with_parent()
     # The parent handles Ctrl-C for the whole run (one line, not one traceback per rank).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctx = parent.for_spawned_rank(index)

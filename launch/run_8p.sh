@@ -68,7 +68,8 @@ if (( $# == 0 )) && [[ $SCRIPT -ef $REPO/main.py ]]; then
 fi
 
 mkdir -p "$LOG_DIR"
-export MASTER_ADDR MASTER_PORT NODE_RANK
+# A rank that imports devicekit dies with this script, even when it is SIGKILLed.
+export MASTER_ADDR MASTER_PORT NODE_RANK DEVICEKIT_LAUNCHER_PID=$$
 export WORLD_SIZE=$(( NNODES * NPROC_PER_NODE )) LOCAL_WORLD_SIZE=$NPROC_PER_NODE
 if [[ ${BIND_CORES:-0} == 1 ]]; then
     # The cores this script may use (inside a container's cpuset they need not start at 0).

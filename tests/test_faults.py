@@ -794,6 +794,23 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
     assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
 
 
+@time_limit(180)
+def test_ranks_die_with_run_8p_even_when_it_is_sigkilled(tmp_path):
+    """SIGKILL cannot be trapped, so the script cannot stop its ranks: they go by themselves
+    (devicekit asks the kernel to kill a rank whose run_8p.sh has died)."""
+    with Tracked(tmp_path) as run:
+        proc = run.start("run", ["bash", "launch/run_8p.sh", *LONG_ARGS, "--output-dir",
+                                 tmp_path / "out"],
+                         run.env(NPROC_PER_NODE=NPROC, LOG_DIR=tmp_path / "logs", PYTHON=PY))
+        poll_until(lambda: re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
+                   or proc.poll() is not None, START_TIMEOUT_S, "training under way",
+                   lambda: str(run.read("run")))
+        proc.kill()
+        run.wait("run", 30)
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    assert gone_s < 10, f"ranks outlived the SIGKILLed run_8p.sh by {gone_s:.1f} s"
+
+
 # -- 8. every wait in setup is bounded -----------------------------------------------------------
 
 

@@ -145,6 +145,10 @@ def die_with_launcher():
 
 def _child(index, fn, args, parent, kind_name, failures):
     _die_with_parent()
+    # A process group of its own, which its DataLoader workers join: stopping the rank
+    # signals them in the same instant. A worker that outlived its rank by a moment while
+    # handing it a batch printed a traceback (ConnectionResetError in resource_sharer).
+    os.setpgid(0, 0)
     # The parent handles Ctrl-C for the whole run (one line, not one traceback per rank).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctx = parent.for_spawned_rank(index)
@@ -241,14 +245,30 @@ def _failure(index, code):
     return failure
 
 
+def _signal_rank(proc, signum):
+    """`signum` to a rank's process group: the rank and its DataLoader workers, also the
+    workers a killed rank left behind. To the rank alone while it has not made its group
+    yet (its pid is still its own while it is not reaped)."""
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        if proc.exitcode is None:
+            try:
+                os.kill(proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
 def _stop(procs):
-    """SIGTERM every rank still running, then SIGKILL what is left after the grace time."""
+    """SIGTERM the process group of every rank still running or killed by a signal (its
+    workers may be left), then SIGKILL what is left after the grace time."""
     alive = [proc for proc in procs if proc.pid is not None and proc.exitcode is None]
-    for proc in alive:
-        proc.terminate()
+    killed = [proc for proc in procs if proc.exitcode is not None and proc.exitcode < 0]
+    for proc in alive + killed:
+        _signal_rank(proc, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     for proc in alive:
         proc.join(max(0.0, deadline - time.monotonic()))
         if proc.exitcode is None:
-            proc.kill()
+            _signal_rank(proc, signal.SIGKILL)
             proc.join()

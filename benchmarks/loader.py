@@ -34,7 +34,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -51,11 +50,11 @@ from PIL import Image, features
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from machine import cpu_and_versions  # noqa: E402
 from trainer import data  # noqa: E402
 from trainer.loaders import (  # noqa: E402
     EpochSeededDataset, build_loaders, freeze_inherited_objects)
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
 SEED = 0
 
 
@@ -63,20 +62,10 @@ SEED = 0
 
 def machine():
     """What the figures were measured on."""
-    cpuinfo = {}
-    with open("/proc/cpuinfo") as handle:
-        for line in handle:
-            key, _, value = line.partition(":")
-            cpuinfo.setdefault(key.strip(), value.strip())  # the first processor's
-    flags = set(cpuinfo.get("flags", "").split())
-    return {"cpu": cpuinfo.get("model name", platform.processor()),
-            "cpu_family_model": f"family {cpuinfo.get('cpu family')} model "
-                                f"{cpuinfo.get('model')} stepping {cpuinfo.get('stepping')}",
-            "flags": {flag: flag in flags for flag in CPU_FLAGS},
-            "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "torch": torch.__version__, "pillow": PIL.__version__,
-            "libjpeg_turbo": features.version("libjpeg_turbo"),  # None: plain libjpeg
-            "numpy": np.__version__}
+    return cpu_and_versions() | {
+        "pillow": PIL.__version__,
+        "libjpeg_turbo": features.version("libjpeg_turbo"),  # None: plain libjpeg
+        "numpy": np.__version__}
 
 
 def load_1min():

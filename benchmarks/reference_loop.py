@@ -1,7 +1,8 @@
 """Baseline for the "against the reference" benchmark: the training step of the reference
-ImageNet example as people run it: fp32, NCHW, float images made on the host (its
---dummy data is FakeData + ToTensor), a per-step `loss.item()` and per-step top-1/top-5
-accuracy copied to the host for the meters. One process.
+ImageNet example as people run it: float images made on the host (its --dummy data is
+FakeData + ToTensor), a per-step `loss.item()` and per-step top-1/top-5 accuracy copied to
+the host for the meters. One process. --amp and --channels-last give it main.py's
+precision and memory format, so that the comparison measures the step, not the precision.
 
 Prints `RESULT {json}` with images/s after the warm-up steps.
 """
@@ -17,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import models  # noqa: E402
 
-WARMUP_STEPS = 5
+WARMUP_STEPS = 5  # as main.py's trainer/loop.py
 
 
 class FloatFakeData(torch.utils.data.Dataset):
@@ -53,16 +54,22 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--amp", action="store_true", help="autocast as main.py's --amp")
+    parser.add_argument("--channels-last", action="store_true")
     args = parser.parse_args()
 
     device = torch.device(args.device)
+    amp_dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
     torch.manual_seed(0)
     model = models.create(args.arch, num_classes=1000).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     loader = torch.utils.data.DataLoader(
         FloatFakeData(1_281_167, args.image_size), batch_size=args.batch_size, shuffle=True,
         num_workers=args.workers, pin_memory=device.type != "cpu")
     criterion = torch.nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.amp and amp_dtype == torch.float16)
     model.train()
     losses, top1, top5 = [], [], []
     images = 0
@@ -70,15 +77,19 @@ def main():
         if step == args.steps:
             break
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        output = model(x)
-        loss = criterion(output, y)
+        if args.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, enabled=args.amp, dtype=amp_dtype):
+            output = model(x)
+            loss = criterion(output, y)
         acc1, acc5 = accuracy(output, y)
         losses.append(loss.item())
         top1.append(acc1[0].item())
         top5.append(acc5[0].item())
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         if step + 1 == WARMUP_STEPS:
             start = time.perf_counter()
         elif step >= WARMUP_STEPS:

@@ -1,295 +1,569 @@
-"""Run every benchmark, print one table and write JSON.
+"""Benchmarks of main.py and devicekit: one table with honest intervals, and a JSON file.
 
-    python benchmarks/run.py [--repeats 3] [--out benchmarks/results.json]
+    python benchmarks/run.py                      # every group (about 40 minutes on 2 cores)
+    python benchmarks/run.py --only scaling       # groups: overhead, devices, scaling,
+                                                  # startup, collectives, compile, gpu
+    python benchmarks/run.py --only overhead --pairs 15 --out /tmp/overhead.json
 
-Each figure is a ratio of two runs made side by side in this one invocation (the order
-alternates between repeats, and the median is reported), so a noisy machine affects
-both sides alike. No figure here is a pass/fail test: the goals are printed beside them.
+Method. A group runs its programs in interleaved rounds, the order reversed every other
+round (A B, B A, A B, ... or A B C, C B A, ...), 9 rounds unless --pairs says otherwise.
+Each row is a ratio of two of those programs: one ratio per round (its two runs were made
+side by side), and the row reports the MEDIAN of the paired ratios with an interval for it
+that holds whatever the noise's shape (the sign-test interval): the k-th smallest and k-th
+largest ratio, k as large as keeps the confidence at 95 % or more: for 7 pairs the min-max
+(98.4 %), for 9 the 2nd smallest to the 2nd largest (96.1 %), for 15 the 4th (96.5 %).
+Verdict: "met" when the whole interval is at or above the goal, "not met" when the whole
+interval is below it, "inconclusive" otherwise ("too few pairs" under 95 %). Groups run on the first two cores this
+process may use, so that figures compare across machines. `compile` (about 15 minutes)
+runs only when named; `gpu` only where a CUDA device is present.
 """
 
 import argparse
 import json
+import math
 import os
-import platform
 import re
-import socket
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+from machine import cpu_and_versions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
-TIMEOUT = 900
+RUN_TIMEOUT_S = 900  # any one run; a stopped run is stopped with its launcher's own SIGTERM path
+STOP_GRACE_S = 30
+LOG_DIR = os.path.join(tempfile.gettempdir(), "devicekit-bench-logs")  # run_8p.sh's rank logs
 
+
+# -- running programs ------------------------------------------------------------------
 
 def environ(**extra):
+    """This environment without launcher variables or thread settings, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_", "OMP_NUM_THREADS",
-                                "TORCHELASTIC", "LOCAL_WORLD_SIZE", "GROUP_"))}
+                                "TORCHELASTIC", "LOCAL_WORLD_SIZE", "GROUP_", "NPROC_PER_NODE",
+                                "BIND_CORES", "SCRIPT", "DEVICEKIT_NPROC"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
-def run(cmd, env=None, cwd=ROOT):
-    result = subprocess.run(cmd, cwd=cwd, env=env or environ(), capture_output=True, text=True,
-                            timeout=TIMEOUT)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result.stdout
+def stop(proc):
+    """SIGTERM to the run's process group (every launcher here stops its ranks on it),
+    then SIGKILL to what is left after STOP_GRACE_S."""
+    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run(cmd, env=None, timeout=RUN_TIMEOUT_S):
+    """stdout of `cmd` (run in the repository root, in its own session); raises on failure
+    or after `timeout` seconds, having stopped every process the command started."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env or environ(), stdout=subprocess.PIPE,
+                                stderr=err, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            raise RuntimeError(f"{' '.join(cmd)} took longer than {timeout} s; stopped") from None
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+    return out
+
+
+def cores(count):
+    """The first `count` cores this process may use, as a taskset list."""
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < count:
+        raise RuntimeError(f"this benchmark needs {count} cores; {len(available)} available")
+    return ",".join(map(str, available[:count]))
+
+
+def pinned_ranks(nproc, script=None):
+    """launch/run_8p.sh with BIND_CORES=1 on the first `nproc` cores: each rank pinned to
+    one core of its own, with one compute thread. (command prefix, environment)"""
+    env = environ(NPROC_PER_NODE=nproc, BIND_CORES=1, LOG_DIR=LOG_DIR)
+    if script:
+        env["SCRIPT"] = os.path.join(ROOT, script)
+    return ["taskset", "-c", cores(nproc), "bash", "launch/run_8p.sh"], env
+
+
+def one_process():
+    """A plain process on the first two cores (two compute threads). (prefix, environment)"""
+    return ["taskset", "-c", cores(2), PY], environ()
 
 
 def result_of(stdout):
+    """images/s from a baseline's `RESULT {json}` line."""
     line = next(line for line in stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])["images_per_sec"]
+    return {"images_per_sec": json.loads(line[len("RESULT "):])["images_per_sec"]}
 
 
-def torchrun(nproc, *args):
-    return [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+PROGRESS = re.compile(r"^Epoch: \[\d+\]\[\s*(\d+)/\d+\].*?\tData\s+([\d.]+) ")
 
 
-def main_py_rate(launcher_cmd, train_args, env=None):
-    """images/s that main.py measured (after its warm-up steps) in its metrics.jsonl."""
+def main_py(prefix, env, args, timed_from=5):
+    """Run `prefix + args` (main.py or main_variant.py and their arguments) and return the
+    images/s main.py measured after its warm-up steps (metrics.jsonl), and rank 0's mean
+    data-loading seconds per timed step when it printed every step (-p 1)."""
     with tempfile.TemporaryDirectory() as out:
-        run(launcher_cmd + ["main.py", *train_args, "--output-dir", out], env=env)
+        stdout = run(prefix + [*args, "--output-dir", out], env=env)
         with open(os.path.join(out, "metrics.jsonl")) as handle:
-            return json.loads(handle.readlines()[-1])["images_per_sec"]
+            result = {"images_per_sec": json.loads(handle.readlines()[-1])["images_per_sec"]}
+    data = [float(m.group(2)) for m in map(PROGRESS.match, stdout.splitlines())
+            if m and int(m.group(1)) >= timed_from]
+    if data:
+        result["data_s"] = statistics.mean(data)
+    return result
 
 
-def side_by_side(baseline, candidate, repeats):
-    """Median of each over `repeats`, alternating which runs first."""
-    base, cand = [], []
-    for repeat in range(repeats):
-        pair = [(base, baseline), (cand, candidate)]
-        for store, fn in (pair if repeat % 2 == 0 else pair[::-1]):
-            store.append(fn())
-    b, c = statistics.median(base), statistics.median(cand)
-    return {"baseline": b, "candidate": c, "ratio": c / b, "baseline_runs": base,
-            "candidate_runs": cand}
-
-
-def train_args(arch, size, batch, steps, workers, *extra):
-    return ["--dummy", "-a", arch, "--image-size", str(size), "-b", str(batch), "-j", str(workers),
-            "--epochs", "1", "--steps-per-epoch", str(steps), "--val-steps", "1", "-p", "1000",
-            *extra]
+def train_args(arch, size, batch, steps, workers, *extra, print_freq=1000):
+    """main.py's arguments for a synthetic-data throughput run on the CPU."""
+    return ["--dummy", "--device", "cpu", "-a", arch, "--image-size", str(size), "-b", str(batch),
+            "-j", str(workers), "--epochs", "1", "--steps-per-epoch", str(steps),
+            "--val-steps", "1", "-p", str(print_freq), *extra]
 
 
 def cpu_defaults():
-    """(amp, channels_last) that main.py picks on this CPU."""
-    code = ("import devicekit; k = devicekit.resolve_kind('cpu'); a = k.default_amp(); "
-            "print(int(a), int(k.prefers_channels_last(a)))")
-    amp, cl = run([PY, "-c", code]).split()
-    return amp == "1", cl == "1"
+    """(amp, channels_last) that main.py picks on this CPU, asked through devicekit's API."""
+    code = ("import devicekit; a = devicekit.amp_enabled(); "
+            "print(int(a), int(devicekit.prefers_channels_last(a)))")
+    amp, channels_last = run([PY, "-c", code], env=environ(DEVICEKIT_DEVICE="cpu"),
+                             timeout=120).split()
+    return amp == "1", channels_last == "1"
 
 
-def cpu_flags():
-    """(main.py flags, plain-loop flags) that give both the precision main.py picks here."""
-    amp, cl = cpu_defaults()
-    return ((["--amp"] if amp else ["--no-amp"]) + (["--channels-last"] if cl else ["--no-channels-last"]),
-            (["--amp"] if amp else []) + (["--channels-last"] if cl else []),
-            f"amp={amp}, channels_last={cl}")
+def precision_flags(amp, channels_last):
+    """(main.py flags, baseline flags, words) for one precision and memory format."""
+    main_flags = ["--amp" if amp else "--no-amp",
+                  "--channels-last" if channels_last else "--no-channels-last"]
+    base_flags = (["--amp"] if amp else []) + (["--channels-last"] if channels_last else [])
+    words = ("AMP bf16" if amp else "fp32") + (" + channels_last" if channels_last else " NCHW")
+    return main_flags, base_flags, words
 
 
-OVERHEAD_STEPS = 60  # 55 timed steps: the goal is within 2 %, so each run must be long
+# -- statistics ------------------------------------------------------------------------
+
+def interleaved(programs, pairs):
+    """Run each program once per round, in order on even rounds and reversed on odd ones;
+    returns {name: [result, ...]}."""
+    names = list(programs)
+    runs = {name: [] for name in names}
+    for round_index in range(pairs):
+        for name in names if round_index % 2 == 0 else names[::-1]:
+            print(f"  round {round_index + 1}/{pairs}: {name}", file=sys.stderr, flush=True)
+            runs[name].append(programs[name]())
+    return runs
 
 
-def overhead(repeats, main_py_ddp):
-    flags, plain_flags, precision = cpu_flags()
-    if main_py_ddp:
-        plain_flags = plain_flags + ["--main-py-ddp"]
-    common = ["--image-size", "64", "--batch-size", "32", "--workers", "1",
-              "--steps", str(OVERHEAD_STEPS)]
-    ddp = "DDP set as main.py sets it" if main_py_ddp else "DDP defaults"
-    return side_by_side(
-        lambda: result_of(run(torchrun(2, "benchmarks/plain_ddp.py", "--arch", "resnet18",
-                                       *common, *plain_flags))),
-        lambda: main_py_rate(torchrun(2), train_args("resnet18", 64, 32, OVERHEAD_STEPS, 2, *flags)),
-        repeats) | {"what": f"main.py / plain loop with {ddp}, resnet18 64px, batch 32, "
-                            f"2 ranks, 1 loader worker each, {precision}", "goal": ">= 0.98"}
+CONFIDENCE = 0.95
 
 
-def against_reference(arch, size, batch, steps, repeats):
-    return side_by_side(
-        lambda: result_of(run([PY, "benchmarks/reference_loop.py", "--arch", arch, "--image-size",
-                               str(size), "--batch-size", str(batch), "--workers", "2",
-                               "--steps", str(steps)])),
-        lambda: main_py_rate([PY], train_args(arch, size, batch, steps, 2)),
-        repeats) | {"what": f"main.py defaults / reference-style loop, {arch} {size}px, batch "
-                            f"{batch}, 1 process", "goal": ">= 1.25"}
+def verdict(low, high, confidence, goal):
+    """'met', 'not met' or 'inconclusive' for a goal ratio `goal` (None: reported only);
+    'too few pairs' when the interval's confidence is below CONFIDENCE."""
+    if goal is None:
+        return "report"
+    if confidence < CONFIDENCE:
+        return "too few pairs"
+    if low >= goal:
+        return "met"
+    if high < goal:
+        return "not met"
+    return "inconclusive"
 
 
-SCALING_BATCH = 128  # global: 64 images per rank on 2 ranks
+def median_interval(values):
+    """(low, high, confidence): the sign-test interval for the median of `values`, the k-th
+    smallest and k-th largest value with k as large as keeps the confidence >= CONFIDENCE
+    (k = 1, the min-max, when even that falls short)."""
+    ordered, n = sorted(values), len(values)
+
+    def confidence(k):  # P(k-th smallest <= median <= k-th largest) = 1 - 2 P(Bin(n, 1/2) < k)
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+    k = 1
+    while k < (n + 1) // 2 and confidence(k + 1) >= CONFIDENCE:
+        k += 1
+    return ordered[k - 1], ordered[n - k], confidence(k)
 
 
-def scaling(repeats, threads_per_rank):
-    """main.py on 2 ranks / on 1 rank at the same global batch. Synthetic samples cost
-    ~35 us each, so the data is made in the training process (-j 0) and every core trains."""
-    args = train_args("resnet18", 64, SCALING_BATCH, 25, 0)
-    if threads_per_rank:
-        env = environ(OMP_NUM_THREADS=threads_per_rank)
-        what = f"{threads_per_rank} thread per rank (2 ranks use twice the cores)"
+def ratio_row(runs, baseline, candidate, goal, what):
+    """A row: the paired ratios candidate / baseline, their median and its interval."""
+    base = [r["images_per_sec"] for r in runs[baseline]]
+    cand = [r["images_per_sec"] for r in runs[candidate]]
+    ratios = [c / b for b, c in zip(base, cand)]
+    low, high, confidence = median_interval(ratios)
+    return {"what": what, "baseline": baseline, "candidate": candidate,
+            "baseline_img_s": statistics.median(base), "candidate_img_s": statistics.median(cand),
+            "ratio": statistics.median(ratios), "interval": [low, high],
+            "confidence": confidence, "pairs": len(ratios),
+            "goal": None if goal is None else f">= {goal}", "verdict": verdict(low, high, confidence, goal),
+            "baseline_runs": base, "candidate_runs": cand, "ratios": ratios}
+
+
+# -- the groups ------------------------------------------------------------------------
+
+# Global batch, 32 per rank on 2 ranks. At 64 px and 16 per rank the gradient all-reduce
+# (46.8 MB a step, on the rank's one core) took about half of each step, and the runs'
+# spread (0.87-1.04) was many times the goal's 2 %.
+OVERHEAD = {"size": 128, "batch": 64, "steps": 30}
+
+
+def overhead(pairs):
+    """(a) The layer's own cost: main.py against a plain DDP loop doing the same work at
+    the same precision and memory format (main.py's defaults on this CPU) with the same
+    DDP settings. 2 ranks, each pinned to its own core; data made in the training process
+    (-j 0) on both sides."""
+    amp, channels_last = cpu_defaults()
+    main_flags, base_flags, words = precision_flags(amp, channels_last)
+    size, batch, steps = OVERHEAD["size"], OVERHEAD["batch"], OVERHEAD["steps"]
+    plain = ["--arch", "resnet18", "--image-size", str(size), "--batch-size", str(batch),
+             "--workers", "0", "--steps", str(steps), *base_flags]
+
+    def plain_loop():
+        prefix, env = pinned_ranks(2, "benchmarks/plain_ddp.py")
+        return result_of(run(prefix + plain, env=env))
+
+    def main_run():
+        prefix, env = pinned_ranks(2)
+        return main_py(prefix, env, train_args("resnet18", size, batch, steps, 0, *main_flags))
+
+    runs = interleaved({"plain DDP loop": plain_loop, "main.py": main_run}, pairs)
+    config = (f"resnet18 {size} px, batch {batch // 2} per rank, 2 ranks on 1 core each, "
+              f"data in the training process, {words} on both sides, {steps - 5} timed steps")
+    rows = {
+        "a. layer overhead": ratio_row(
+            runs, "plain DDP loop", "main.py", 0.98,
+            f"main.py / plain-PyTorch DDP loop with the same DDP settings "
+            f"(gradient_as_bucket_view, no buffer broadcast): {config}"),
+    }
+    return rows, runs
+
+
+# No goal for (c): on a CPU the host is the device, so the reference's per-step host reads
+# cost nothing there; what it measures is the step at equal precision, reported as it is.
+DEVICES = {"size": 224, "batch": 32, "steps": 11, "workers": 2}
+
+
+def devices(pairs):
+    """(b) what main.py's per-device defaults add: main.py with them / main.py in fp32 NCHW;
+    (c) main.py / the reference example's step at main.py's precision and memory format.
+    One process on two cores, 2 loader workers each side."""
+    amp, channels_last = cpu_defaults()
+    main_flags, base_flags, words = precision_flags(amp, channels_last)
+    size, batch, steps, workers = (DEVICES[k] for k in ("size", "batch", "steps", "workers"))
+    config = f"resnet18 {size} px, batch {batch}, 1 process on 2 cores, {workers} loader workers"
+
+    def main_run(*flags):
+        prefix, env = one_process()
+        return main_py(prefix, env, ["main.py", *train_args("resnet18", size, batch, steps,
+                                                            workers, *flags)])
+
+    def reference():
+        prefix, env = one_process()
+        return result_of(run(prefix + [
+            "benchmarks/reference_loop.py", "--arch", "resnet18", "--image-size", str(size),
+            "--batch-size", str(batch), "--workers", str(workers), "--steps", str(steps),
+            *base_flags], env=env))
+
+    programs = {f"reference-style loop, {words}": reference,
+                f"main.py defaults ({words})": lambda: main_run()}
+    if amp or channels_last:
+        programs["main.py fp32 NCHW"] = lambda: main_run("--no-amp", "--no-channels-last")
+    runs = interleaved(programs, pairs)
+    rows = {}
+    if amp or channels_last:
+        rows["b. per-device defaults"] = ratio_row(
+            runs, "main.py fp32 NCHW", f"main.py defaults ({words})", None,
+            f"main.py with this CPU's defaults ({words}) / main.py --no-amp --no-channels-last: "
+            f"{config}")
     else:
-        env = environ()
-        what = "cores split over the ranks (2 ranks use the same cores as 1)"
-    return side_by_side(
-        lambda: main_py_rate([PY], args, env=env),
-        lambda: main_py_rate(torchrun(2), args, env=env),
-        repeats) | {"what": f"2 ranks / 1 rank, resnet18 64px, global batch {SCALING_BATCH}, "
-                            + what, "goal": ">= 1.8" if threads_per_rank else "report"}
+        rows["b. per-device defaults"] = {
+            "what": "this CPU has no native bf16: main.py's defaults are fp32 NCHW, so this "
+                    "row is 1.00 by construction and was not run", "ratio": 1.0,
+            "interval": [1.0, 1.0], "verdict": "report"}
+    rows["c. vs reference step"] = ratio_row(
+        runs, f"reference-style loop, {words}", f"main.py defaults ({words})", None,
+        f"main.py / the reference example's step (per-step loss.item() and accuracy to the "
+        f"host, float host images) at the same precision ({words}): {config}")
+    return rows, runs
 
 
-def scaling_ceiling(repeats):
-    """The same 2 ranks / 1 rank with no gradient all-reduce: what the cores give when the
-    collective costs nothing, so the gap to `scaling` is the all-reduce's share."""
-    _, plain_flags, _ = cpu_flags()
-    args = ["benchmarks/plain_ddp.py", "--arch", "resnet18", "--image-size", "64", "--batch-size",
-            str(SCALING_BATCH), "--workers", "0", "--steps", "25", "--main-py-ddp", *plain_flags]
-    env = environ(OMP_NUM_THREADS=1)
-    return side_by_side(
-        lambda: result_of(run(torchrun(1, *args), env=env)),
-        lambda: result_of(run(torchrun(2, *args, "--skip-allreduce"), env=env)),
-        repeats) | {"what": "compute-only ceiling: plain loop, 2 ranks without the gradient "
-                            "all-reduce / 1 rank, 1 thread per rank", "goal": "report"}
+SCALING = {"size": 224, "batch": 32, "steps": 15, "workers": 0}  # batch per rank
 
 
-def compiled(repeats):
-    args = train_args("resnet18", 64, 32, 30, 0)
-    return side_by_side(
-        lambda: main_py_rate([PY], args),
-        lambda: main_py_rate([PY], args + ["--compile"]),
-        repeats) | {"what": "main.py --compile / main.py eager, resnet18 64px, batch 32, "
-                            "1 process, after 5 warm-up steps", "goal": "report"}
+def scaling(pairs):
+    """Weak scaling as users meet it: main.py at the reference's image size with the
+    per-rank batch fixed, 1 rank on 1 core against 2 ranks on 1 core each (pinned, one
+    compute thread), and main.py with its gradient all-reduce switched off
+    (benchmarks/main_variant.py) on the same 2 cores: the ceiling, the same program.
+    Every step is printed (-p 1) to read the data time; on a CPU that read costs nothing."""
+    size, batch, steps, workers = (SCALING[k] for k in ("size", "batch", "steps", "workers"))
+
+    def ranks(nproc, *variant):
+        prefix, env = pinned_ranks(nproc, "benchmarks/main_variant.py" if variant else None)
+        return main_py(prefix, env, [*variant, *train_args(
+            "resnet18", size, batch * nproc, steps, workers, print_freq=1)])
+
+    runs = interleaved({"main.py, 1 rank": lambda: ranks(1),
+                        "main.py, 2 ranks": lambda: ranks(2),
+                        "main.py without all-reduce, 2 ranks":
+                            lambda: ranks(2, "--bench-no-allreduce")}, pairs)
+    config = (f"resnet18 {size} px, batch {batch} per rank, 1 core and 1 compute thread per "
+              f"rank, main.py's defaults, data in the training process, {steps - 5} timed steps")
+    rows = {
+        "3. weak scaling": ratio_row(runs, "main.py, 1 rank", "main.py, 2 ranks", 1.8,
+                                     f"main.py 2 ranks / 1 rank: {config}"),
+        "3. ceiling: no all-reduce": ratio_row(
+            runs, "main.py, 1 rank", "main.py without all-reduce, 2 ranks", None,
+            f"main.py with its gradient all-reduce switched off, 2 ranks / main.py 1 rank: "
+            f"{config}"),
+    }
+    return rows | {"3. scaling profile": scaling_profile(runs, batch)}, runs
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def scaling_profile(runs, batch):
+    """Where a 2-rank step's time goes, in ms (medians over the rounds): data loading,
+    compute (the 1-rank step less its data), 'other' (what running two ranks side by side
+    costs without any collective: shared caches and memory, the host), and the all-reduce
+    (what the collective adds to the step: its CPU time on the rank's core and waits)."""
+    def step_ms(name, world):
+        return statistics.median(batch * world / r["images_per_sec"] for r in runs[name]) * 1e3
+
+    one = step_ms("main.py, 1 rank", 1)
+    two = step_ms("main.py, 2 ranks", 2)
+    ceiling = step_ms("main.py without all-reduce, 2 ranks", 2)
+    data = statistics.median(r["data_s"] for r in runs["main.py, 2 ranks"]) * 1e3
+    data_one = statistics.median(r["data_s"] for r in runs["main.py, 1 rank"]) * 1e3
+    return {"what": "ms per step of the 2-rank run (rank 0), medians over the rounds",
+            "step_ms": two, "data_ms": data, "compute_ms": one - data_one,
+            "other_ms": ceiling - one + data_one - data, "allreduce_ms": two - ceiling,
+            "one_rank_step_ms": one, "no_allreduce_step_ms": ceiling}
 
 
-def seconds_to_first_step(cmd, env=None):
-    """Seconds from starting `cmd` to the first progress line of rank 0."""
+def compiled(pairs):
+    """main.py --compile / main.py eager (opt-in: about 40 s of compilation per run)."""
+    size, batch, workers = DEVICES["size"], DEVICES["batch"], DEVICES["workers"]
+
+    def main_run(*flags):
+        prefix, env = one_process()
+        return main_py(prefix, env, ["main.py", *train_args("resnet18", size, batch, 16,
+                                                            workers, *flags)])
+
+    runs = interleaved({"main.py eager": main_run,
+                        "main.py --compile": lambda: main_run("--compile")}, pairs)
+    return {"--compile": ratio_row(runs, "main.py eager", "main.py --compile", None,
+                                   f"main.py --compile / eager, resnet18 {size} px, batch {batch}, "
+                                   f"1 process on 2 cores, after 5 warm-up steps")}, runs
+
+
+def gpu(pairs):
+    """On a CUDA device: rows (b) and (c) at resnet50, 224 px, batch 256, 8 workers."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"gpu": {"what": "no CUDA device on this machine", "verdict": "skipped"}}, {}
+    args = ["--dummy", "--device", "cuda", "-a", "resnet50", "--image-size", "224", "-b", "256",
+            "-j", "8", "--epochs", "1", "--steps-per-epoch", "30", "--val-steps", "1",
+            "-p", "1000"]
+    name = torch.cuda.get_device_name()
+    runs = interleaved({
+        "reference-style loop, AMP fp16 + channels_last": lambda: result_of(run([
+            PY, "benchmarks/reference_loop.py", "--arch", "resnet50", "--image-size", "224",
+            "--batch-size", "256", "--workers", "8", "--steps", "30", "--device", "cuda",
+            "--amp", "--channels-last"])),
+        "main.py --amp --channels-last": lambda: main_py(
+            [PY], environ(), ["main.py", *args, "--amp", "--channels-last"]),
+        "main.py fp32 NCHW": lambda: main_py(
+            [PY], environ(), ["main.py", *args, "--no-amp", "--no-channels-last"]),
+    }, pairs)
+    return {
+        "gpu b. AMP + channels_last": ratio_row(
+            runs, "main.py fp32 NCHW", "main.py --amp --channels-last", None,
+            f"main.py AMP + channels_last / fp32 NCHW, resnet50 224 px, batch 256, {name}"),
+        "gpu c. vs reference step": ratio_row(
+            runs, "reference-style loop, AMP fp16 + channels_last",
+            "main.py --amp --channels-last", None,
+            f"main.py / reference-style step, both AMP + channels_last, resnet50 224 px, "
+            f"batch 256, {name}"),
+    }, runs
+
+
+def seconds_to_first_step(cmd, env, timeout=300):
+    """Seconds from starting `cmd` to the first progress line of rank 0; the run is then
+    stopped (SIGTERM to its process group: every launcher stops its ranks on it)."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.Popen(cmd + ["--output-dir", out], cwd=ROOT, env=env or environ(),
+        proc = subprocess.Popen(cmd + ["--output-dir", out], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
+        watchdog = threading.Timer(timeout, stop, [proc])
+        watchdog.start()
         try:
             for line in proc.stdout:
                 if line.startswith("Epoch: [0]["):
                     return time.perf_counter() - start
         finally:
-            proc.kill()
-            proc.wait(timeout=60)
-            subprocess.run(["pkill", "-f", out], check=False)
-    raise RuntimeError(f"{cmd} printed no progress line")
+            watchdog.cancel()
+            stop(proc)
+    raise RuntimeError(f"{' '.join(cmd)} printed no progress line within {timeout} s")
 
 
-def startup(repeats):
-    args = ["main.py", *train_args("tinynet", 32, 16, 3, 0, "--num-classes", "10"), "-p", "1"]
+def startup(pairs):
+    """Seconds from the command to rank 0's first training step, 2 ranks, per launcher:
+    median and min-max over `pairs` runs of each, interleaved."""
+    args = ["main.py", *train_args("tinynet", 32, 16, 1000, 0, "--num-classes", "10",
+                                   print_freq=1)]
     launchers = {
-        "torchrun": lambda: torchrun(2, *args),
-        "torch.distributed.launch": lambda: [PY, "-m", "torch.distributed.launch", "--nproc_per_node",
-                                             "2", "--master_port", str(free_port()), *args],
-        "spawn": lambda: [PY, *args, "--multiprocessing-distributed", "--nproc-per-node", "2"],
-        "run_8p.sh": lambda: ["bash", "launch/run_8p.sh", *args[1:]],
+        "torchrun": lambda: [PY, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node=2", *args],
+        "torch.distributed.launch": lambda: [PY, "-m", "torch.distributed.launch",
+                                             "--nproc_per_node", "2", "--master_port",
+                                             str(free_port()), *args],
+        "--multiprocessing-distributed (spawn)": lambda: [
+            PY, *args, "--multiprocessing-distributed", "--nproc-per-node", "2"],
+        "launch/run_8p.sh": lambda: ["bash", "launch/run_8p.sh", *args[1:]],
     }
-    figures = {}
-    for name, cmd in launchers.items():
-        env = environ(NPROC_PER_NODE=2, LOG_DIR=tempfile.mkdtemp())
-        figures[name] = statistics.median(seconds_to_first_step(cmd(), env) for _ in range(repeats))
-    # In one process, after torch: the wall time of two interpreters differs by more than this.
-    code = ("import time, torch; t = time.perf_counter(); import devicekit; "
-            "print(time.perf_counter() - t)")
-    figures["import devicekit over import torch (s)"] = statistics.median(
-        float(run([PY, "-c", code])) for _ in range(max(5, repeats)))
-    return figures
+    programs = {name: (lambda cmd=cmd: {"seconds": seconds_to_first_step(
+        cmd(), environ(NPROC_PER_NODE=2, LOG_DIR=LOG_DIR))})
+        for name, cmd in launchers.items()}
+    runs = interleaved(programs, pairs)
+    rows = {name: {"median_s": statistics.median(r["seconds"] for r in results),
+                   "interval": [min(r["seconds"] for r in results),
+                                max(r["seconds"] for r in results)],
+                   "runs": [r["seconds"] for r in results]} for name, results in runs.items()}
+    return {"start-up": rows}, {}
 
 
-def collectives():
+def free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def collectives(_pairs):
+    """gloo all_reduce bus bandwidth between 2 ranks on this host (devicekit check)."""
     report = json.loads(run([PY, "-m", "devicekit", "check", "--json", "--device", "cpu",
-                             "--nproc-per-node", "2"]))
-    return report["bandwidth"]
+                             "--nproc-per-node", "2"], timeout=300))
+    return {"collectives (gloo)": report["bandwidth"]}, {}
 
+
+GROUPS = {"overhead": overhead, "devices": devices, "scaling": scaling, "startup": startup,
+          "collectives": collectives, "compile": compiled, "gpu": gpu}
+DEFAULT_GROUPS = ("overhead", "devices", "scaling", "startup", "collectives", "gpu")
+
+
+# -- the machine and the table -----------------------------------------------------------
 
 def machine():
+    """What the figures were measured on."""
     import torch
 
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "torch": torch.__version__, "accelerator": str(torch.accelerator.current_accelerator()),
-            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    amp, channels_last = cpu_defaults()
+    return cpu_and_versions() | {
+        "main_py_cpu_defaults": precision_flags(amp, channels_last)[2],
+        "accelerator": str(torch.accelerator.current_accelerator()),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_at_start": os.getloadavg()[0]}
 
 
-def gpu(repeats):
-    import torch
+def describe_machine(m):
+    flags = ", ".join(f"{flag} {'yes' if present else 'no'}" for flag, present in m["flags"].items())
+    return (f"machine: {m['cpu']}, {m['cores']} cores ({flags}); torch {m['torch']} "
+            f"({m['torch_cpu_capability']}), Python {m['python']}; main.py's CPU defaults here: "
+            f"{m['main_py_cpu_defaults']}; accelerator {m['accelerator']}; {m['when']}, "
+            f"1-minute load average at start {m['load_average_at_start']:.2f}")
 
-    accelerator = torch.accelerator.current_accelerator()
-    if accelerator is None or accelerator.type != "cuda":
-        return {"skipped": "no CUDA device on this machine"}
-    return side_by_side(
-        lambda: result_of(run([PY, "benchmarks/reference_loop.py", "--arch", "resnet50",
-                               "--image-size", "224", "--batch-size", "256", "--workers", "8",
-                               "--steps", "30", "--device", "cuda"])),
-        lambda: main_py_rate([PY], train_args("resnet50", 224, 256, 30, 8, "--amp",
-                                              "--channels-last")),
-        repeats) | {"what": f"resnet50 224px batch 256 on {torch.cuda.get_device_name()}: "
-                            "main.py AMP+channels_last / reference-style fp32 loop"}
+
+def format_table(results):
+    lines = [describe_machine(results["machine"])]
+    rows = {name: row for name, row in results["rows"].items()
+            if isinstance(row, dict) and "verdict" in row}  # the other tables follow
+    if rows:
+        lines += ["", "Ratio: median of the paired ratios; interval: the sign-test interval for "
+                      "that median (distribution-free; its confidence in brackets).",
+                  "", "| row | baseline img/s | devicekit img/s | ratio (median) | interval "
+                      "| goal | verdict |", "|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        if "baseline_runs" in row:
+            lines.append(
+                f"| {name}: {row['what']} | {row['baseline_img_s']:.1f} | "
+                f"{row['candidate_img_s']:.1f} | {row['ratio']:.3f} | {row['interval'][0]:.3f}-"
+                f"{row['interval'][1]:.3f} ({row['pairs']} pairs, {row['confidence']:.1%}) | "
+                f"{row['goal'] or '-'} | {row['verdict']} |")
+        else:
+            lines.append(f"| {name}: {row['what']} | - | - | {row.get('ratio', '-')} | - | - | "
+                         f"{row['verdict']} |")
+    profile = results["rows"].get("3. scaling profile")
+    if profile:
+        lines += ["", "| scaling profile, ms per 2-rank step | step | data | compute | other "
+                      "(2 ranks side by side) | all-reduce |", "|---|---|---|---|---|---|",
+                  f"| main.py, 2 ranks on 1 core each | {profile['step_ms']:.0f} | "
+                  f"{profile['data_ms']:.0f} | {profile['compute_ms']:.0f} | "
+                  f"{profile['other_ms']:.0f} | {profile['allreduce_ms']:.0f} |"]
+    launchers = results["rows"].get("start-up")
+    if launchers:
+        lines += ["", "| start-up, 2 ranks: command to first step | median s | min-max s |",
+                  "|---|---|---|"]
+        lines += [f"| {name} | {r['median_s']:.1f} | {r['interval'][0]:.1f}-{r['interval'][1]:.1f} |"
+                  for name, r in launchers.items()]
+    bandwidth = results["rows"].get("collectives (gloo)")
+    if bandwidth:
+        lines += ["", "| gloo all_reduce, 2 ranks, bytes | busbw GB/s |", "|---|---|"]
+        lines += [f"| {r['bytes']} | {r['busbw_gbps']:.3f} |" for r in bandwidth]
+    return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results.json"))
+    parser.add_argument("--pairs", type=int, default=9, help="interleaved rounds per group")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated groups, of: {', '.join(GROUPS)}")
+    parser.add_argument("--out", default=None,
+                        help="JSON file (default: benchmarks/results.json for a full run; "
+                             "none for --only)")
     args = parser.parse_args()
-    results = {"machine": machine()}
-    steps = [
-        # A 2 % goal needs more repeats than the others.
-        ("1. layer overhead", lambda: overhead(args.repeats + 2, main_py_ddp=False)),
-        ("1. layer overhead, same DDP settings",
-         lambda: overhead(args.repeats + 2, main_py_ddp=True)),
-        ("2. vs reference, resnet18", lambda: against_reference("resnet18", 64, 32, 20, args.repeats)),
-        ("2. vs reference, resnet50", lambda: against_reference("resnet50", 64, 16, 12, args.repeats)),
-        ("3. scaling, 1 thread per rank", lambda: scaling(args.repeats, 1)),
-        ("3. scaling ceiling without all-reduce", lambda: scaling_ceiling(args.repeats)),
-        ("3. scaling, cores split", lambda: scaling(args.repeats, 0)),
-        ("--compile", lambda: compiled(args.repeats)),
-        ("4. start-up", lambda: startup(args.repeats)),
-        ("5. collectives (gloo)", collectives),
-        ("6. GPU", lambda: gpu(args.repeats)),
-    ]
-    for name, fn in steps:
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        results[name] = fn()
-        print(json.dumps(results[name]), file=sys.stderr, flush=True)
-        with open(args.out, "w") as handle:  # after every step: a late failure loses nothing
-            json.dump(results, handle, indent=2)
+    names = DEFAULT_GROUPS if args.only is None else args.only.split(",")
+    unknown = [name for name in names if name not in GROUPS]
+    if unknown or args.pairs < 1:
+        parser.error(f"unknown group(s) {unknown}; choose from {list(GROUPS)}" if unknown
+                     else "--pairs must be at least 1")
+    out = args.out or (os.path.join(ROOT, "benchmarks", "results.json") if args.only is None
+                       else None)
+    results = {"machine": machine(), "rows": {}, "runs": {}, "seconds": {}}
+    print(describe_machine(results["machine"]), file=sys.stderr, flush=True)
+    for name in names:
+        print(f"running {name} (load average {os.getloadavg()[0]:.2f}) ...", file=sys.stderr,
+              flush=True)
+        started = time.perf_counter()
+        rows, runs = GROUPS[name](args.pairs)
+        results["rows"].update(rows)
+        results["runs"][name] = runs
+        results["seconds"][name] = time.perf_counter() - started
+        print(json.dumps(rows, default=str)[:2000], file=sys.stderr, flush=True)
+        if out:  # after every group: a late failure loses nothing
+            with open(out, "w") as handle:
+                json.dump(results, handle, indent=2)
     print(format_table(results))
-    print(f"\nJSON: {args.out}")
-
-
-def format_table(results):
-    m = results["machine"]
-    lines = [f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
-             f"accelerator {m['accelerator']}, {m['when']}", "",
-             "| benchmark | baseline img/s | devicekit img/s | ratio | goal |", "|---|---|---|---|---|"]
-    for name, value in results.items():
-        if isinstance(value, dict) and "ratio" in value:
-            lines.append(f"| {name}: {value['what']} | {value['baseline']:.1f} | "
-                         f"{value['candidate']:.1f} | {value['ratio']:.2f} | {value.get('goal', '')} |")
-    lines += ["", "| start-up | seconds |", "|---|---|"]
-    for name, seconds in results["4. start-up"].items():
-        lines.append(f"| {name} | {seconds:.2f} |")
-    lines += ["", "| all_reduce size | busbw GB/s |", "|---|---|"]
-    for row in results["5. collectives (gloo)"]:
-        lines.append(f"| {row['bytes']} B | {row['busbw_gbps']:.3f} |")
-    gpu_result = results["6. GPU"]
-    lines.append("")
-    lines.append(f"GPU: {gpu_result.get('skipped') or gpu_result['what']}")
-    return "\n".join(re.sub(r"\s+\|", " |", line) for line in lines)
+    if out:
+        print(f"\nJSON: {out}")
 
 
 if __name__ == "__main__":

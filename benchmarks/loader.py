@@ -15,7 +15,7 @@ before draft decoding); "draft" is today's path (the JPEG decoded at 1/2, 1/4 or
 where the crop keeps enough pixels there). Rounds alternate the order (A B, B A, ...);
 each round is one pass over every image, at the round's epoch. Reported: images per
 second of CPU time of the one core (the wall-clock rate on an idle core), median and
-min-max over the rounds, and the per-round ratio. Also per output size:
+sign-test interval over the rounds (the min-max for 7), and the per-round ratio. Also per output size:
 how often each reduction was used, and the mean absolute difference of the two paths'
 pixels (uint8 levels) over all samples and over the reduced ones.
 
@@ -51,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from machine import cpu_and_versions  # noqa: E402
+from stats import median_interval  # noqa: E402
 from trainer import data  # noqa: E402
 from trainer.loaders import (  # noqa: E402
     EpochSeededDataset, build_loaders, freeze_inherited_objects)
@@ -170,8 +171,10 @@ def decode_costs(root, rounds):
 
 
 def summary(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "rounds": values}
+    """Median of the rounds with its sign-test interval (the min-max for 7 rounds)."""
+    low, high, confidence = median_interval(values)
+    return {"median": statistics.median(values), "interval": [low, high],
+            "confidence": confidence, "rounds": values}
 
 
 def decode_section(sizes, image_count, rounds):
@@ -208,7 +211,8 @@ def decode_section(sizes, image_count, rounds):
 
 def print_decode_row(size, row):
     def cell(s, digits=0):
-        return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+        low, high = s["interval"]
+        return f"{s['median']:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
 
     reduced = ", ".join(f"1/{f}: {share:.0%}" for f, share in row["reductions"].items())
     difference = row["mean_abs_pixel_difference"]

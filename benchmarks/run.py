@@ -20,7 +20,6 @@ runs only when named; `gpu` only where a CUDA device is present.
 
 import argparse
 import json
-import math
 import os
 import re
 import signal
@@ -32,6 +31,7 @@ import threading
 import time
 
 from machine import cpu_and_versions
+from stats import CONFIDENCE, median_interval
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -170,9 +170,6 @@ def interleaved(programs, pairs):
     return runs
 
 
-CONFIDENCE = 0.95
-
-
 def verdict(low, high, confidence, goal):
     """'met', 'not met' or 'inconclusive' for a goal ratio `goal` (None: reported only);
     'too few pairs' when the interval's confidence is below CONFIDENCE."""
@@ -185,21 +182,6 @@ def verdict(low, high, confidence, goal):
     if high < goal:
         return "not met"
     return "inconclusive"
-
-
-def median_interval(values):
-    """(low, high, confidence): the sign-test interval for the median of `values`, the k-th
-    smallest and k-th largest value with k as large as keeps the confidence >= CONFIDENCE
-    (k = 1, the min-max, when even that falls short)."""
-    ordered, n = sorted(values), len(values)
-
-    def confidence(k):  # P(k-th smallest <= median <= k-th largest) = 1 - 2 P(Bin(n, 1/2) < k)
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
-
-    k = 1
-    while k < (n + 1) // 2 and confidence(k + 1) >= CONFIDENCE:
-        k += 1
-    return ordered[k - 1], ordered[n - k], confidence(k)
 
 
 def ratio_row(runs, baseline, candidate, goal, what):

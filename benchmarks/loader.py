@@ -1,6 +1,6 @@
 """The training data loader on a CPU: decode throughput per worker core, and worker memory.
 
-    python benchmarks/loader.py                  # both sections (about 2.5 minutes on 2 cores)
+    python benchmarks/loader.py                  # both sections (about 3 minutes on 2 cores)
     python benchmarks/loader.py --only decode --rounds 9
     python benchmarks/loader.py --only memory --files 200000
 
@@ -9,15 +9,23 @@ ImageNet-like JPEGs made here (500x375, quality 90, smooth random content plus n
 they compress like photos: about 100 KB each, ImageNet's average). One process pinned to
 one core with one torch thread, as a DataLoader worker runs; the files are read once
 before timing (the page cache serves them: this measures the CPU, not the disk). Each
-sample is fetched as a worker fetches it, through EpochSeededDataset, so both paths see
-the same crops and flips. "full" decodes the whole image and then crops (the loader
-before draft decoding); "draft" is today's path (the JPEG decoded at 1/2, 1/4 or 1/8
-where the crop keeps enough pixels there). Rounds alternate the order (A B, B A, ...);
-each round is one pass over every image, at the round's epoch. Reported: images per
-second of CPU time of the one core (the wall-clock rate on an idle core), median and
-sign-test interval over the rounds (the min-max for 7), and the per-round ratio. Also per output size:
-how often each reduction was used, and the mean absolute difference of the two paths'
-pixels (uint8 levels) over all samples and over the reduced ones.
+sample is fetched as a worker fetches it, through EpochSeededDataset, so every path sees
+the same crops and flips. Three paths:
+  "reference": decode the whole image, then crop and resize with Pillow (BILINEAR), flip,
+      uint8 tensor: what torchvision's RandomResizedCrop does with a PIL image, and the
+      baseline of the issue's goal;
+  "full decode": today's transform on an image decoded whole first: what torch's uint8
+      resize alone gains;
+  "now": today's transform (the JPEG decoded at 1/2, 1/4 or 1/8 where the crop keeps
+      enough pixels there, the crop resized by torch's uint8 kernel);
+  "decode only": the whole JPEG decoded and nothing else done: the ceiling of any path
+      that decodes every file whole at full scale, as "now" must at 224 px here.
+Rounds rotate the order; each round is one pass over every image, at the round's epoch.
+Reported: images per second of CPU time of the one core (the wall-clock rate on an idle
+core), median and sign-test interval over the rounds (the 2nd smallest to the 2nd largest
+for 9), and the per-round ratios to the reference. Also per output size: how often each reduction was
+used, and the mean absolute difference of "now" and the reference's pixels (uint8
+levels) over all samples and over the reduced ones.
 
 memory: ImageFolder over a file list of --files empty files (1000 class folders; no image
 is opened: the dataset returns a tiny tensor made from the path, as the measurement is
@@ -102,18 +110,50 @@ def make_jpegs(root, count, classes=4):
 
 
 class FullDecode:
-    """The loader before draft decoding: the whole image decoded to RGB first."""
+    """Decode the whole image to RGB first (so the transform finds nothing to reduce)."""
 
     def __call__(self, image):
         return image.convert("RGB")
 
 
+class ReferenceCrop:
+    """Decoding the full image then cropping: the box drawn as the trainer draws it, the
+    crop resized by Pillow (BILINEAR), a Pillow flip, then a uint8 tensor."""
+
+    def __init__(self, size):
+        self.crop = data.RandomResizedCrop(size)
+        self.size = size
+
+    def __call__(self, image):
+        image = image.convert("RGB")
+        left, top, width, height = self.crop.box(*image.size)
+        image = image.crop((left, top, left + width, top + height))
+        image = image.resize((self.size, self.size), Image.BILINEAR)
+        if torch.rand(1).item() < 0.5:
+            image = image.transpose(Image.FLIP_LEFT_RIGHT)
+        return data.pil_to_tensor(image)
+
+
+class DecodeOnly:
+    """Decode the whole image and nothing else (an empty tensor out): what bounds any path
+    that decodes every JPEG whole at full scale."""
+
+    def __call__(self, image):
+        image.convert("RGB")
+        return torch.empty(0, dtype=torch.uint8)
+
+
+PATHS = ("reference", "full decode", "now", "decode only")
+
+
 def pipelines(root, size):
-    """{name: EpochSeededDataset} for both paths at output size `size`."""
-    draft = data.train_transform(size)
-    full = data.Compose([FullDecode(), *draft.transforms])
-    return {name: EpochSeededDataset(data.ImageFolder(root, transform), SEED)
-            for name, transform in (("full", full), ("draft", draft))}
+    """{path: EpochSeededDataset} at output size `size`."""
+    now = data.train_transform(size)
+    transforms = {"reference": ReferenceCrop(size),
+                  "full decode": data.Compose([FullDecode(), *now.transforms]), "now": now,
+                  "decode only": DecodeOnly()}
+    return {name: EpochSeededDataset(data.ImageFolder(root, transforms[name]), SEED)
+            for name in PATHS}
 
 
 def images_per_second(dataset, epoch):
@@ -126,9 +166,9 @@ def images_per_second(dataset, epoch):
 
 
 def compare(sets):
-    """The two paths' samples at epoch 0: {factor: share of samples} for the reduction
-    the draft path decoded at, and the mean absolute difference (uint8 levels) of their
-    pixels over all samples and over the reduced ones (the others are equal)."""
+    """"now" against the reference at epoch 0: {factor: share of samples} for the
+    reduction "now" decoded at, and the mean absolute difference (uint8 levels) of their
+    pixels over all samples and over the reduced ones."""
     factors, decode = [], data.decode
 
     def recording(image, at_least=None):
@@ -137,17 +177,18 @@ def compare(sets):
         return decoded
 
     total = count = reduced_total = reduced_count = 0
-    for index in range(len(sets["full"])):
-        full = sets["full"][(0, index)][0].int()
+    for index in range(len(sets["reference"])):
+        reference = sets["reference"][(0, index)][0].int()
         data.decode = recording
         try:
-            draft = sets["draft"][(0, index)][0].int()
+            now = sets["now"][(0, index)][0].int()
         finally:
             data.decode = decode
-        difference = (full - draft).abs().sum().item()
-        total, count = total + difference, count + full.numel()
+        difference = (reference - now).abs().sum().item()
+        total, count = total + difference, count + reference.numel()
         if factors[-1] > 1:
-            reduced_total, reduced_count = reduced_total + difference, reduced_count + full.numel()
+            reduced_total += difference
+            reduced_count += reference.numel()
     shares = {str(int(f)): factors.count(f) / len(factors) for f in sorted(set(factors))}
     return shares, {"all_samples": total / count,
                     "reduced_samples": reduced_total / reduced_count if reduced_count else None}
@@ -171,7 +212,8 @@ def decode_costs(root, rounds):
 
 
 def summary(values):
-    """Median of the rounds with its sign-test interval (the min-max for 7 rounds)."""
+    """Median of the rounds with its sign-test interval (the min-max for 7 rounds, the 2nd
+    smallest to the 2nd largest for 9)."""
     low, high, confidence = median_interval(values)
     return {"median": statistics.median(values), "interval": [low, high],
             "confidence": confidence, "rounds": values}
@@ -182,7 +224,7 @@ def decode_section(sizes, image_count, rounds):
     try:
         mean_bytes = make_jpegs(root, image_count)
         print(f"decode: {image_count} JPEGs, 500x375, quality 90, mean {mean_bytes / 1024:.0f} KB;"
-              f" one core, one thread; {rounds} rounds, order alternating")
+              f" one core, one thread; {rounds} rounds, order rotating")
         results = {"images": image_count, "mean_file_bytes": mean_bytes,
                    "decode_only_cpu_ms": decode_costs(root, rounds), "sizes": {}}
         print("  decoding alone, CPU ms per image (median): " + ", ".join(
@@ -192,16 +234,17 @@ def decode_section(sizes, image_count, rounds):
             sets = pipelines(root, size)
             for dataset in sets.values():  # warm: page cache, Pillow's plugins, allocator
                 images_per_second(dataset, epoch=rounds)
-            runs = {"full": [], "draft": []}
+            runs = {name: [] for name in PATHS}
             for round_ in range(rounds):
-                order = ("full", "draft") if round_ % 2 == 0 else ("draft", "full")
-                for name in order:
+                shift = round_ % len(PATHS)
+                for name in PATHS[shift:] + PATHS[:shift]:
                     runs[name].append(images_per_second(sets[name], round_))
-            ratios = [d / f for d, f in zip(runs["draft"], runs["full"])]
             shares, difference = compare(sets)
-            row = {"full": summary(runs["full"]), "draft": summary(runs["draft"]),
-                   "ratio": summary(ratios), "reductions": shares,
-                   "mean_abs_pixel_difference": difference}
+            row = {name: summary(runs[name]) for name in PATHS}
+            row["ratios to the reference"] = {
+                name: summary([a / b for a, b in zip(runs[name], runs["reference"])])
+                for name in PATHS[1:]}
+            row |= {"reductions": shares, "mean_abs_pixel_difference": difference}
             results["sizes"][str(size)] = row
             print_decode_row(size, row)
         return results
@@ -218,10 +261,13 @@ def print_decode_row(size, row):
     difference = row["mean_abs_pixel_difference"]
     on_reduced = ("-" if difference["reduced_samples"] is None
                   else f"{difference['reduced_samples']:.2f}")
-    print(f"  {size:>3} px: full {cell(row['full'])} img/s | draft {cell(row['draft'])} img/s"
-          f" | ratio {cell(row['ratio'], 2)} | decoded at {reduced} | mean |diff| "
-          f"{difference['all_samples']:.2f} levels (reduced samples: {on_reduced})",
+    ratios = row["ratios to the reference"]
+    print(f"  {size:>3} px: " + " | ".join(f"{name} {cell(row[name])} img/s" for name in PATHS),
           flush=True)
+    print("         to the reference: " + " | ".join(
+        f"{name} {cell(ratios[name], 2)}" for name in PATHS[1:]) + f" | now decoded at "
+        f"{reduced} | now's mean |diff| {difference['all_samples']:.2f} levels (reduced "
+        f"samples: {on_reduced})", flush=True)
 
 
 # -- worker memory -------------------------------------------------------------------------
@@ -358,7 +404,7 @@ def memory_section(file_count, epochs=3, workers=2, batch=256):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["decode", "memory"], default=None)
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--images", type=int, default=300, help="JPEGs to make (default 300)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[224, 128, 64],
                         help="output sizes (default 224 128 64)")

@@ -4,7 +4,8 @@ FakeData + ToTensor), a per-step `loss.item()` and per-step top-1/top-5 accuracy
 the host for the meters. One process. --amp and --channels-last give it main.py's
 precision and memory format, so that the comparison measures the step, not the precision.
 
-Prints `RESULT {json}` with images/s after the warm-up steps.
+Prints `RESULT {json}`: the images per step and the wall time of each step (its data
+included), as main.py's -p 1 prints it.
 """
 
 import argparse
@@ -17,8 +18,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import models  # noqa: E402
-
-WARMUP_STEPS = 5  # as main.py's trainer/loop.py
 
 
 class FloatFakeData(torch.utils.data.Dataset):
@@ -72,7 +71,8 @@ def main():
     scaler = torch.amp.GradScaler(device.type, enabled=args.amp and amp_dtype == torch.float16)
     model.train()
     losses, top1, top5 = [], [], []
-    images = 0
+    step_s = []
+    end = time.perf_counter()
     for step, (x, y) in enumerate(loader):
         if step == args.steps:
             break
@@ -90,13 +90,9 @@ def main():
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-        if step + 1 == WARMUP_STEPS:
-            start = time.perf_counter()
-        elif step >= WARMUP_STEPS:
-            images += y.size(0)
-    print("RESULT " + json.dumps({"images_per_sec": images / (time.perf_counter() - start)}),
-          flush=True)
-
+        step_s.append(time.perf_counter() - end)
+        end = time.perf_counter()
+    print("RESULT " + json.dumps({"images_per_step": y.size(0), "step_s": step_s}), flush=True)
 
 if __name__ == "__main__":
     main()

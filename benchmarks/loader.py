@@ -23,9 +23,9 @@ the same crops and flips. Three paths:
 Rounds rotate the order; each round is one pass over every image, at the round's epoch.
 Reported: images per second of CPU time of the one core (the wall-clock rate on an idle
 core), median and sign-test interval over the rounds (the 2nd smallest to the 2nd largest
-for 9), and the per-round ratios to the reference. Also per output size: how often each reduction was
-used, and the mean absolute difference of "now" and the reference's pixels (uint8
-levels) over all samples and over the reduced ones.
+for 9), and the per-round ratios to the reference. Also per output size: how often each
+reduction was used, and the mean absolute difference of "now" and the reference's pixels
+(uint8 levels) over all samples and over the reduced ones.
 
 memory: ImageFolder over a file list of --files empty files (1000 class folders; no image
 is opened: the dataset returns a tiny tensor made from the path, as the measurement is

@@ -14,8 +14,8 @@ devicekit.wrap_ddp, devicekit's GradScaler and autocast, the trainer's loader an
 over main.py's --dummy data, its LR scheduler, and trainer.loop.train_one_epoch (the
 function main.py calls), one call per block. Side B is benchmarks/plain_ddp.py's loop.
 Both do the same work: same model, data, batch, precision, memory format, DDP settings and
-optimizer. Rank 0 prints `RESULT {json}`: each block's seconds per
-side, after one warm-up block each.
+optimizer. Rank 0 prints `RESULT {json}`: each block's seconds per side, after one warm-up
+block each.
 """
 
 import argparse

@@ -30,7 +30,6 @@ def options(parser):
     parser.add_argument("--arch", default="resnet18")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32, help="per node, as main.py's -b")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--amp", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
     return parser
@@ -87,6 +86,7 @@ def train_steps(parts, args, device, steps, epoch=0):
 
 def main():
     parser = options(argparse.ArgumentParser())
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--workers", type=int, default=0, help="per process")
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()

@@ -94,5 +94,6 @@ def main():
         end = time.perf_counter()
     print("RESULT " + json.dumps({"images_per_step": y.size(0), "step_s": step_s}), flush=True)
 
+
 if __name__ == "__main__":
     main()

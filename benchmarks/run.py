@@ -127,10 +127,15 @@ def steady_rate(images_per_step, step_s):
     return images_per_step / statistics.median(step_s[STEADY_FROM:])
 
 
+def result_json(stdout):
+    """The {json} of a benchmark script's `RESULT {json}` line."""
+    line = next(line for line in stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
 def result_of(stdout):
     """images/s from a baseline's `RESULT {json}` line (images per step, step times)."""
-    line = next(line for line in stdout.splitlines() if line.startswith("RESULT "))
-    result = json.loads(line[len("RESULT "):])
+    result = result_json(stdout)
     return {"images_per_sec": steady_rate(result["images_per_step"], result["step_s"])}
 
 
@@ -256,10 +261,8 @@ def overhead(pairs):
         print(f"  alternating blocks, launch {launch + 1}/{BLOCK_RUNS}", file=sys.stderr,
               flush=True)
         prefix, env = pinned_ranks(2, "benchmarks/overhead_blocks.py")
-        out = run(prefix + [*common, "--pairs", str(pairs), "--block-steps", str(BLOCK_STEPS)],
-                  env=env)
-        line = next(line for line in out.splitlines() if line.startswith("RESULT "))
-        result = json.loads(line[len("RESULT "):])
+        result = result_json(run(prefix + [*common, "--pairs", str(pairs), "--block-steps",
+                                           str(BLOCK_STEPS)], env=env))
         for name, seconds in result["block_s"].items():
             blocks[name] += [{"images_per_sec": result["images_per_block"] / s}
                              for s in seconds]
@@ -352,7 +355,8 @@ def scaling(pairs):
                         "main.py without all-reduce, 2 ranks":
                             lambda: ranks(2, "--bench-no-allreduce")}, pairs)
     config = (f"resnet18 {size} px, batch {batch} per rank, 1 core and 1 compute thread per "
-              f"rank, main.py's defaults, data in the training process, median step of steps {STEADY_FROM}-{steps - 1}")
+              f"rank, main.py's defaults, data in the training process, median step of steps "
+              f"{STEADY_FROM}-{steps - 1}")
     rows = {
         "3. weak scaling": ratio_row(runs, "main.py, 1 rank", "main.py, 2 ranks", 1.8,
                                      f"main.py 2 ranks / 1 rank: {config}"),
@@ -396,7 +400,8 @@ def compiled(pairs):
                         "main.py --compile": lambda: main_run("--compile")}, pairs)
     return {"--compile": ratio_row(runs, "main.py eager", "main.py --compile", None,
                                    f"main.py --compile / eager, resnet18 {size} px, batch {batch}, "
-                                   f"1 process on 2 cores, median step of steps {STEADY_FROM}-19")}, runs
+                                   f"1 process on 2 cores, median step of steps "
+                                   f"{STEADY_FROM}-19")}, runs
 
 
 def gpu(pairs):

@@ -122,10 +122,15 @@ class DummyImageNet(torch.utils.data.Dataset):
 
 # ----------------------------------------------------------------------------- transforms
 
+def _rgb_pixels(image):
+    """A PIL image -> uint8 RGB tensor, HWC, contiguous."""
+    array = np.array(image.convert("RGB") if image.mode != "RGB" else image, dtype=np.uint8)
+    return torch.from_numpy(array)
+
+
 def pil_to_tensor(image):
     """A PIL image -> uint8 RGB tensor, CHW, contiguous."""
-    array = np.array(image.convert("RGB") if image.mode != "RGB" else image, dtype=np.uint8)
-    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+    return _rgb_pixels(image).permute(2, 0, 1).contiguous()
 
 
 def resize_uint8(image, size):
@@ -136,8 +141,7 @@ def resize_uint8(image, size):
     uint8 kernel, about 3x faster than Pillow's own on one core; the two agree to
     within a level on nearly every pixel.
     """
-    pixels = torch.from_numpy(np.array(image, dtype=np.uint8))  # HWC
-    batch = pixels.permute(2, 0, 1).unsqueeze(0)  # NCHW with channels_last strides
+    batch = _rgb_pixels(image).permute(2, 0, 1).unsqueeze(0)  # NCHW, channels_last strides
     resized = torch.nn.functional.interpolate(batch, size=(size, size), mode="bilinear",
                                               antialias=True, align_corners=False)
     return resized[0].contiguous()

@@ -48,6 +48,14 @@ from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402
 from devicekit.processes import (  # noqa: E402
     RankFailed, die_with_launcher, launch, nprocs_per_node)
 from devicekit.seeding import seed_everything  # noqa: E402
+from devicekit.simulate import activate_from_environment  # noqa: E402
+
+# DEVICEKIT_SIMULATE=npu: the stand-in npu device, in this process and every rank it starts.
+try:
+    activate_from_environment()
+except UsageError as _error:
+    print(f"error: {_error}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 # A rank of launch/run_8p.sh dies with it, even when the script is SIGKILLed.
 die_with_launcher()

@@ -124,9 +124,16 @@ class NpuKind(AcceleratorKind):
         return None if value is None else parse_ascend(self.visible_devices_env, value)
 
     @staticmethod
-    def is_installed():
-        """Whether torch_npu can be found (without importing it)."""
-        return "torch_npu" in sys.modules or importlib.util.find_spec("torch_npu") is not None
+    def is_registered():
+        """Whether this process's torch already has the npu device (`torch.npu`)."""
+        return torch._C._get_privateuse1_backend_name() == "npu" and hasattr(torch, "npu")
+
+    @classmethod
+    def is_installed(cls):
+        """Whether torch_npu can be found (without importing it), or torch has the npu
+        device already."""
+        return ("torch_npu" in sys.modules or cls.is_registered()
+                or importlib.util.find_spec("torch_npu") is not None)
 
     def worth_a_warning_when_skipped(self):
         return self.is_installed()
@@ -134,7 +141,7 @@ class NpuKind(AcceleratorKind):
     def load_state(self):
         """Import torch_npu once; return (state, reason) with state one of
         "ok", "not installed", "CANN missing", "import failed"."""
-        if self._loaded:
+        if self._loaded or self.is_registered():
             return "ok", ""
         if self._load_error is not None:
             return self._load_error

@@ -1,0 +1,95 @@
+"""A stand-in `npu` device for machines without one: DEVICEKIT_SIMULATE=npu.
+
+torch really dispatches to it: PrivateUse1 renamed "npu", a small C++ extension
+(npu_standin.cpp: host memory, device guard, a fallback that runs every operator with
+torch's CPU kernels), `torch.npu` (npu_module.py) and an `hccl` collective backend carried
+by gloo (hccl.py). This package is the only code in devicekit that knows it is simulated.
+"""
+
+import importlib.util
+import os
+import sys
+from typing import Mapping, Optional
+
+from devicekit.errors import UsageError
+from devicekit.kinds.visible import parse_ascend
+
+SIMULATE_ENV = "DEVICEKIT_SIMULATE"
+DEVICES_ENV = "DEVICEKIT_SIMULATE_DEVICES"
+VISIBLE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
+CHOICES = ("npu",)
+DEFAULT_DEVICES = 2
+MAX_DEVICES = 64
+
+_active = False
+
+
+def requested(environ: Mapping[str, str]) -> Optional[str]:
+    """The device DEVICEKIT_SIMULATE asks for ("npu"), or None when it is unset or empty."""
+    value = environ.get(SIMULATE_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in CHOICES:
+        raise UsageError(f"{SIMULATE_ENV}={environ[SIMULATE_ENV]!r} is not a device devicekit "
+                         f"can simulate: use {' or '.join(CHOICES)}, or unset it")
+    return value
+
+
+def visible_count(environ: Mapping[str, str]) -> int:
+    """How many npu devices this process sees: DEVICEKIT_SIMULATE_DEVICES on the machine,
+    narrowed by ASCEND_RT_VISIBLE_DEVICES as the Ascend runtime narrows it."""
+    raw = environ.get(DEVICES_ENV, str(DEFAULT_DEVICES)).strip()
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DEVICES:
+        raise UsageError(f"{DEVICES_ENV}={environ[DEVICES_ENV]!r} must be a whole number of "
+                         f"simulated NPUs from 1 to {MAX_DEVICES}")
+    total = int(raw)
+    if environ.get(VISIBLE_ENV) is None:
+        return total
+    try:
+        ids = parse_ascend(VISIBLE_ENV, environ[VISIBLE_ENV])
+    except UsageError:
+        return 0  # the runtime sees no device; devicekit's npu kind says why
+    absent = [i for i in ids if i >= total]
+    if absent:
+        raise UsageError(f"{VISIBLE_ENV}={environ[VISIBLE_ENV]!r} names NPU {absent[0]}, but "
+                         f"this machine has {total} (0-{total - 1}; simulated, {DEVICES_ENV}="
+                         f"{total}): list devices that exist")
+    return len(ids)
+
+
+def activate_from_environment(environ: Mapping[str, str] = os.environ) -> bool:
+    """Provide the stand-in device when DEVICEKIT_SIMULATE asks for it; whether it is active."""
+    if requested(environ) is None:
+        return _active
+    activate(visible_count(environ))
+    return True
+
+
+def activate(devices: int = DEFAULT_DEVICES) -> None:
+    """Register the stand-in `npu` device with `devices` visible devices in this process."""
+    global _active
+    if _active:
+        return
+    import torch
+
+    if "torch_npu" in sys.modules or importlib.util.find_spec("torch_npu") is not None:
+        raise UsageError(f"{SIMULATE_ENV}=npu, but torch_npu is installed here: the stand-in "
+                         f"and a real NPU stack cannot share a process; unset {SIMULATE_ENV} "
+                         "to use torch_npu, or run the simulation in an environment without it")
+    owner = torch._C._get_privateuse1_backend_name()
+    if owner not in ("privateuseone", "npu"):
+        raise UsageError(f"{SIMULATE_ENV}=npu, but torch's extension device is taken by "
+                         f"{owner!r} in this process: unset {SIMULATE_ENV}")
+
+    from devicekit.simulate import build, hccl, npu_amp, npu_module
+
+    torch.utils.rename_privateuse1_backend("npu")
+    native = build.load()
+    native.set_device_count(devices)
+    npu_module._native = native
+    npu_module.amp = npu_amp
+    torch._register_device_module("npu", npu_module)
+    sys.modules["torch.npu.amp"] = npu_amp
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    hccl.register(native.host_view)
+    _active = True

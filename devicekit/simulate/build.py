@@ -1,0 +1,108 @@
+"""Compiling the stand-in's C++ extension once, and loading it from the cache after.
+
+The cache key covers the source, torch's and Python's versions, so an upgrade rebuilds.
+One process builds at a time (a file lock), into a temporary folder that is renamed into
+place only when the build succeeded: a failed or interrupted build leaves nothing behind.
+"""
+
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from devicekit.errors import UsageError
+
+SOURCE = Path(__file__).with_name("npu_standin.cpp")
+NAME = "devicekit_npu_standin"
+CACHE_ENV = "DEVICEKIT_CACHE"
+# Build once for at most this long: ranks that wait for another's build wait as long.
+BUILD_TIMEOUT_S = 600
+
+
+def cache_root() -> Path:
+    """DEVICEKIT_CACHE, else $XDG_CACHE_HOME/devicekit, else ~/.cache/devicekit."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "devicekit"
+
+
+def _key() -> str:
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(f"{torch.__version__} {sys.version} {sys.platform}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _import(folder: Path) -> ModuleType:
+    path = next(folder.glob(f"{NAME}*.so"))
+    loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
+    spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def missing_tools() -> str:
+    """What the build needs and this machine lacks, as a phrase; '' when nothing is missing."""
+    from torch.utils.cpp_extension import is_ninja_available
+
+    missing = []
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        missing.append(f"a C++ compiler ({compiler!r} is not on PATH)")
+    if not is_ninja_available():
+        missing.append("ninja")
+    return " and ".join(missing)
+
+
+def load() -> ModuleType:
+    """The compiled extension: from the cache, or built now (20-30 s on 2 cores)."""
+    root = cache_root()
+    folder = root / f"npu-standin-{_key()}"
+    if folder.is_dir():
+        return _import(folder)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / "npu-standin.lock", "w")
+    except OSError as error:
+        raise UsageError(f"the npu stand-in's build cache {root} is not writable ({error}): "
+                         f"set {CACHE_ENV} to a writable folder") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if folder.is_dir():  # built by another process while this one waited
+            return _import(folder)
+        missing = missing_tools()
+        if missing:
+            raise UsageError(
+                f"DEVICEKIT_SIMULATE=npu compiles a small C++ extension on first use and "
+                f"needs {missing}: install them (Debian/Ubuntu: apt-get install g++ "
+                f"ninja-build; or pip install ninja) and run again")
+        return _build(root, folder)
+
+
+def _build(root: Path, folder: Path) -> ModuleType:
+    from torch.utils.cpp_extension import load as compile_and_load
+
+    staging = Path(tempfile.mkdtemp(prefix="npu-standin-build.", dir=root))
+    try:
+        module = compile_and_load(NAME, [str(SOURCE)], build_directory=str(staging),
+                                  extra_cflags=["-O2"], verbose=False)
+    except (RuntimeError, OSError) as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        first = next((line for line in str(error).splitlines() if "error" in line.lower()),
+                     str(error).strip().splitlines()[0] if str(error).strip() else repr(error))
+        raise UsageError(f"DEVICEKIT_SIMULATE=npu: building the stand-in failed: "
+                         f"{first.strip()}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    os.replace(staging, folder)
+    return module

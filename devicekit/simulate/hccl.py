@@ -1,0 +1,63 @@
+"""The stand-in's `hccl`: a collective backend for `npu` tensors, carried by gloo.
+
+gloo takes only CPU tensors, so every collective hands it CPU views of the npu tensors'
+own (host) memory: results land in the npu tensors with no copy.
+"""
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+BACKEND = "hccl"
+
+# The ProcessGroup methods torch.distributed and DDP call, each passed on to gloo.
+_COLLECTIVES = (
+    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
+    "allgather_into_tensor_coalesced", "broadcast", "reduce", "gather", "scatter",
+    "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+    "alltoall_base", "alltoall", "send", "recv", "recv_anysource", "barrier")
+
+
+class HcclOverGloo(dist.ProcessGroup):
+    """A process group of `size` ranks over `store` whose collectives take npu tensors."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, host_view):
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._host_view = host_view
+
+    def getBackendName(self):
+        return BACKEND
+
+    def _on_host(self, value):
+        if isinstance(value, torch.Tensor):
+            return self._host_view(value) if value.device.type == "npu" else value
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._on_host(item) for item in value)
+        if isinstance(value, dict):
+            return {key: self._on_host(item) for key, item in value.items()}
+        return value
+
+
+def _passed_to_gloo(name):
+    def collective(self, *args, **kwargs):
+        return getattr(self._gloo, name)(*self._on_host(args), **self._on_host(kwargs))
+
+    collective.__name__ = name
+    return collective
+
+
+for _name in _COLLECTIVES:
+    setattr(HcclOverGloo, _name, _passed_to_gloo(_name))
+
+
+def register(host_view) -> None:
+    """Make `hccl` the backend torch picks for npu tensors."""
+    if BACKEND.upper() in dist.Backend._plugins:  # registered by an earlier activation
+        return
+
+    def create(store, rank, size, timeout):
+        return HcclOverGloo(store, rank, size, timeout, host_view)
+
+    dist.Backend.register_backend(BACKEND, create, devices=["npu"])

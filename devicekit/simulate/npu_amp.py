@@ -1,0 +1,40 @@
+"""`torch.npu.amp` of the stand-in device, with torch_npu's signatures."""
+
+from collections import defaultdict
+
+import torch
+from torch.amp.grad_scaler import _refresh_per_optimizer_state
+
+
+class autocast(torch.amp.autocast_mode.autocast):
+    """`torch.autocast("npu", ...)` under torch_npu's older name."""
+
+    def __init__(self, enabled: bool = True, dtype: torch.dtype = torch.float16,
+                 cache_enabled: bool = True):
+        super().__init__("npu", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
+
+
+class GradScaler(torch.amp.GradScaler):
+    """torch's GradScaler for "npu"; `dynamic=False` keeps the loss scale fixed, as
+    torch_npu's static loss scale does."""
+
+    def __init__(self,
+                 init_scale=2. ** 16,
+                 growth_factor=2.0,
+                 backoff_factor=0.5,
+                 growth_interval=2000,
+                 dynamic=True,
+                 enabled=True):
+        super().__init__("npu", init_scale=init_scale, growth_factor=growth_factor,
+                         backoff_factor=backoff_factor, growth_interval=growth_interval,
+                         enabled=enabled)
+        self._dynamic = dynamic
+
+    def update(self, new_scale=None):
+        if self._dynamic or new_scale is not None or not self._enabled:
+            return super().update(new_scale)
+        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+        return None
+
+
+__all__ = ["GradScaler", "autocast"]

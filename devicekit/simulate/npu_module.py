@@ -1,0 +1,169 @@
+"""`torch.npu` of the stand-in device: the names ordinary scripts and devicekit call, each
+with the signature it has in torch_npu (tests/test_npu_honesty.py compares them).
+
+The device's memory is host memory and its kernels are the CPU's, so there is nothing to
+wait for, random numbers come from the CPU's generator, and the memory figures are 0.
+"""
+
+import collections
+from typing import List, Union
+
+import torch
+
+# The stand-in models an Atlas A2 chip (bfloat16, binary kernels).
+DEVICE_NAME = "Ascend910B4 (devicekit stand-in on the host CPU)"
+
+_native = None  # the compiled extension, set by devicekit.simulate.activate()
+_compile_mode = {"jit_compile": None}
+
+
+def _index(device, optional=False) -> int:
+    """A device index from an int, "npu:1", torch.device or None (the current device)."""
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "npu":
+            raise ValueError(f"Expected a npu device, but got: {device}")
+        return current_device() if device.index is None else device.index
+    index = int(device)
+    if index < 0 and optional:
+        return index
+    if not 0 <= index < device_count():
+        raise AssertionError(f"Invalid device id npu:{index}: {device_count()} visible")
+    return index
+
+
+def is_available():
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return _native.device_count()
+
+
+def is_initialized():
+    return True
+
+
+def _lazy_init():
+    pass
+
+
+def _is_in_bad_fork():
+    return False
+
+
+def set_device(device):
+    _native.set_current_device(_index(device))
+
+
+def current_device():
+    return _native.current_device()
+
+
+def synchronize(device=None):
+    _index(device)
+
+
+def get_device_name(device_name=None):
+    _index(device_name, optional=True)
+    return DEVICE_NAME
+
+
+def is_bf16_supported(including_emulation: bool = False):
+    return True
+
+
+def set_compile_mode(jit_compile=False):
+    _compile_mode["jit_compile"] = bool(jit_compile)
+
+
+def get_amp_supported_dtype():
+    return [torch.float16, torch.bfloat16, torch.float32]
+
+
+def is_autocast_enabled():
+    return torch.is_autocast_enabled("npu")
+
+
+class device:
+    """Context manager that makes `device` the current npu device inside the block."""
+
+    def __init__(self, device):
+        self.idx = _index(device, optional=True)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            set_device(self.idx)
+
+    def __exit__(self, *args):
+        if self.idx >= 0:
+            set_device(self.prev_idx)
+        return False
+
+
+def manual_seed(seed):
+    torch.default_generator.manual_seed(int(seed))
+
+
+def manual_seed_all(seed):
+    torch.default_generator.manual_seed(int(seed))
+
+
+def seed():
+    torch.default_generator.seed()
+
+
+def initial_seed():
+    return torch.default_generator.initial_seed()
+
+
+def get_rng_state(device: Union[int, str, torch.device] = 'npu') -> torch.Tensor:
+    return torch.default_generator.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Union[int, str, torch.device] = 'npu') -> None:
+    torch.default_generator.set_state(new_state)
+
+
+def empty_cache():
+    pass
+
+
+def memory_allocated(device=None):
+    return 0
+
+
+def max_memory_allocated(device=None):
+    return 0
+
+
+def memory_reserved(device=None):
+    return 0
+
+
+def max_memory_reserved(device=None):
+    return 0
+
+
+def reset_peak_memory_stats(device=None):
+    pass
+
+
+def memory_stats(device=None):
+    return collections.OrderedDict(
+        (f"{name}.all.{which}", 0) for name in ("allocated_bytes", "reserved_bytes")
+        for which in ("current", "peak"))
+
+
+__all__: List[str] = [
+    "current_device", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
+    "get_device_name", "get_rng_state", "initial_seed", "is_autocast_enabled",
+    "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
+    "memory_stats", "reset_peak_memory_stats", "seed", "set_compile_mode", "set_device",
+    "set_rng_state", "synchronize"]

@@ -55,12 +55,28 @@ def save_checkpoint(path: Union[str, os.PathLike], obj: Any):
     file is always the old or the new checkpoint, never half of one.
 
     Modules in `obj` are unwrapped and saved as their state_dict without `module.`
-    prefixes, so the file loads into a plain model on any device; optimizers, schedulers
+    prefixes, every tensor on the CPU, so the file loads into a plain model on any device; optimizers, schedulers
     and scalers are saved as their state_dict. Safe to call on every rank or only on
     rank 0; to read it back on other ranks, call devicekit.barrier() first.
     """
     if runtime.context().rank == 0:
         save_atomic(portable(obj), os.fspath(path))
+
+
+def on_cpu(obj, _copies=None):
+    """`obj` with every tensor copied to the CPU (a tensor met twice, such as tied weights,
+    stays one tensor), so that plain torch.load opens the file on a machine without the
+    device it was written on."""
+    copies = {} if _copies is None else _copies
+    if isinstance(obj, torch.Tensor):
+        if id(obj) not in copies:
+            copies[id(obj)] = obj.detach().cpu()
+        return copies[id(obj)]
+    if isinstance(obj, dict):
+        return {key: on_cpu(value, copies) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(on_cpu(value, copies) for value in obj)
+    return obj
 
 
 def load_checkpoint(path: Union[str, os.PathLike], map_location: Union[str, torch.device, None] = None) -> Any:
@@ -80,7 +96,9 @@ def _fsync_dir(path):
 
 
 def save_atomic(obj, path):
-    """torch.save `obj` to `path` so that `path` is always either the old or the new file."""
+    """torch.save `obj`, its tensors on the CPU, to `path` so that `path` is always either
+    the old or the new file."""
+    obj = on_cpu(obj)
     _write_atomic(path, lambda handle: torch.save(obj, handle))
 
 

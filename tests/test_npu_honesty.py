@@ -14,6 +14,7 @@ tests must not pass by skipping there.
 
 import ast
 import configparser
+import copy
 import ctypes
 import email.parser
 import hashlib
@@ -254,6 +255,55 @@ def no_cann():
     skip_or_fail("CANN (libhccl.so) is installed here; these tests observe a machine without it")
 
 
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BLOCKS = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With)
+
+
+def _flattened(statements):
+    """`statements` in source order, with the blocks of if/try/with statements opened."""
+    for node in statements:
+        if not isinstance(node, _BLOCKS):
+            yield node
+            continue
+        yield from _flattened(node.body)
+        for handler in getattr(node, "handlers", []):
+            yield from _flattened(handler.body)
+        yield from _flattened(getattr(node, "orelse", []))
+        yield from _flattened(getattr(node, "finalbody", []))
+
+
+def _target_names(target):
+    """The names an assignment to `target` binds (a name, or a tuple/list of them)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for item in target.elts for name in _target_names(item)]
+    return []
+
+
+def _bindings(statements):
+    """(name, node, imported) for each name the module body `statements` binds, in source
+    order: `imported` is the name a `from M import` takes from M, else None; a
+    `from M import *` appears with the name "*"."""
+    for node in _flattened(statements):
+        if isinstance(node, _DEFINITIONS):
+            yield node.name, node, None
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield (alias.asname or alias.name).split(".")[0], node, None
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    yield "*", node, None
+                else:
+                    yield alias.asname or alias.name, node, alias.name
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in _target_names(target):
+                    yield name, node, None
+
+
 class WheelSources:
     """Read-only, static view of the Python sources inside a wheel (nothing is imported)."""
 
@@ -317,8 +367,48 @@ class WheelSources:
             names |= exported
         return names
 
+    def module_path(self, dotted):
+        """The path in the wheel of module `dotted`'s source file."""
+        base = dotted.replace(".", "/")
+        return f"{base}/__init__.py" if f"{base}/__init__.py" in self.files else f"{base}.py"
+
+    def definition(self, dotted, _seen=None):
+        """(path in the wheel, ast node) of the top-level `def` or `class` that the name
+        `torch_npu.a.b.name` is bound to, following re-exports (`from .m import name`,
+        `from .m import *`) through the wheel's modules; the module's last binding of the
+        name counts, as in Python. None when that binding is no def or class of the wheel
+        (an assignment, an import from outside the wheel) or there is none."""
+        seen = set() if _seen is None else _seen
+        module, _, name = dotted.rpartition(".")
+        if dotted in seen or self.module_source(module) is None:
+            return None
+        seen.add(dotted)
+        last = None
+        for bound, node, imported in _bindings(ast.parse(self.module_source(module)).body):
+            if bound == name or (bound == "*" and name in self._star_exports(
+                    self._star_module(module, node))):
+                last = node, imported or name
+        if last is None:
+            return None
+        node, imported = last
+        if isinstance(node, _DEFINITIONS):
+            return self.module_path(module), node
+        if isinstance(node, ast.ImportFrom):
+            return self.definition(f"{self._star_module(module, node)}.{imported}", seen)
+        return None
+
+    def _star_exports(self, dotted):
+        """The names `from <dotted> import *` takes from module `dotted` of the wheel."""
+        if self.module_source(dotted) is None:
+            return set()
+        exported = self._literal_all(dotted)
+        if exported is None:
+            exported = {name for name in self.top_level_names(dotted) if not name.startswith("_")}
+        return exported
+
     def _star_module(self, dotted, node):
-        """The dotted name of the module that `from ... import *` in module `dotted` reads."""
+        """The dotted name of the module that `from ... import` (`*` or names) in module
+        `dotted` reads."""
         if not node.level:
             return node.module
         is_package = f"{dotted.replace('.', '/')}/__init__.py" in self.files
@@ -528,6 +618,200 @@ def test_doctor_on_npu_without_cann_reports_the_problem(npu_target, no_cann):
     assert "Traceback" not in result.stderr + result.stdout
 
 
+# -- Test C: the stand-in npu device offers only torch_npu's names, with their signatures ------
+
+SIMULATE = DEVICEKIT / "simulate"
+# Each module of the stand-in device (DEVICEKIT_SIMULATE=npu) and the torch_npu module whose
+# place it takes: npu_module.py is torch.npu, npu_amp.py torch.npu.amp.
+STAND_IN_MODULES = {"npu_module.py": "torch_npu.npu", "npu_amp.py": "torch_npu.npu.amp"}
+
+
+def literal_all(tree):
+    """The names in a parsed module's top-level literal __all__ (annotated or not), or None."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if (any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+                and isinstance(node.value, (ast.List, ast.Tuple))):
+            return [item.value for item in node.value.elts if isinstance(item, ast.Constant)]
+    return None
+
+
+def last_binding(tree, name):
+    """The node of a parsed module's last top-level binding of `name`, or None."""
+    nodes = [node for bound, node, _ in _bindings(tree.body) if bound == name]
+    return nodes[-1] if nodes else None
+
+
+def parameters(arguments):
+    """[(kind, name, default's source or None)] of an ast.arguments, in order; the kinds
+    are inspect.Parameter's. Annotations are left out."""
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = ([None] * (len(positional) - len(arguments.defaults))
+                + [ast.unparse(default) for default in arguments.defaults])
+    kinds = ([inspect.Parameter.POSITIONAL_ONLY] * len(arguments.posonlyargs)
+             + [inspect.Parameter.POSITIONAL_OR_KEYWORD] * len(arguments.args))
+    found = [(kind.name, arg.arg, default)
+             for kind, arg, default in zip(kinds, positional, defaults)]
+    if arguments.vararg:
+        found.append((inspect.Parameter.VAR_POSITIONAL.name, arguments.vararg.arg, None))
+    found += [(inspect.Parameter.KEYWORD_ONLY.name, arg.arg,
+               None if default is None else ast.unparse(default))
+              for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults)]
+    if arguments.kwarg:
+        found.append((inspect.Parameter.VAR_KEYWORD.name, arguments.kwarg.arg, None))
+    return found
+
+
+def signature_text(function):
+    """`name(parameters)` of a def as its source has it, annotations left out."""
+    arguments = copy.deepcopy(function.args)
+    for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                arguments.vararg, arguments.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    return f"{function.name}({ast.unparse(arguments)})"
+
+
+def _methods(cls):
+    """{name: def} of the methods a class body defines."""
+    return {node.name: node for node in cls.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def signature_mismatches(public_name, stand_in, wheel_def):
+    """How the stand-in's definition of `public_name` differs from the wheel's: each of
+    `stand_in` and `wheel_def` is (where, def or class node). Functions: their parameters
+    (names, kinds, defaults' source, in order). Classes: __init__ (which the stand-in must
+    define) and every other public or dunder method the stand-in class defines, which the
+    wheel's class must define alike. [] when they agree; else messages naming both
+    signatures and where each is."""
+    (stand_in_at, stand_in_node), (wheel_at, wheel_node) = stand_in, wheel_def
+    is_class = isinstance(stand_in_node, ast.ClassDef)
+    if is_class != isinstance(wheel_node, ast.ClassDef):
+        kinds = ["a class" if isinstance(node, ast.ClassDef) else "a function"
+                 for node in (stand_in_node, wheel_node)]
+        return [f"{public_name}: the stand-in's is {kinds[0]} ({stand_in_at}), the wheel's "
+                f"{kinds[1]} ({wheel_at})"]
+    if not is_class:
+        pairs = [(public_name, stand_in_node, wheel_node)]
+    else:
+        own, theirs = _methods(stand_in_node), _methods(wheel_node)
+        if "__init__" not in own:
+            return [f"{public_name}: the stand-in class defines no __init__ ({stand_in_at}), "
+                    f"so its signature cannot be compared with the wheel's ({wheel_at})"]
+        pairs = [(f"{public_name}.{name}", method, theirs.get(name))
+                 for name, method in own.items()
+                 if name == "__init__" or not name.startswith("_") or name.endswith("__")]
+    problems = []
+    for name, mine, real in pairs:
+        mine_at = f"{stand_in_at.rpartition(':')[0]}:{mine.lineno}"
+        if real is None:
+            problems.append(f"{name}: the stand-in defines {signature_text(mine)} ({mine_at}); "
+                            f"the wheel's class ({wheel_at}) defines no "
+                            f"{name.rpartition('.')[2]}")
+        elif parameters(mine.args) != parameters(real.args):
+            real_at = f"{wheel_at.rpartition(':')[0]}:{real.lineno}"
+            problems.append(f"{name}: stand-in {signature_text(mine)} ({mine_at}) != wheel "
+                            f"{signature_text(real)} ({real_at})")
+    return problems
+
+
+def stand_in_tree(filename):
+    """(path relative to the repo, parsed source) of a module of the stand-in device."""
+    path = SIMULATE / filename
+    return path.relative_to(REPO), ast.parse(path.read_text(), str(path))
+
+
+def public_names_beyond_all(tree):
+    """Each public name (with its line and how it is bound) that a parsed stand-in module
+    binds at top level outside its __all__, save those that cannot stand for a torch_npu
+    function or class: literal constants, modules (`import m`) and typing's names. Whatever
+    else it binds would be offered as torch.npu.<name> unchecked."""
+    exported = set(literal_all(tree) or [])
+    found = []
+    for name, node, _ in _bindings(tree.body):
+        if name in exported or (name.startswith("_") and name != "*"):
+            continue
+        if isinstance(node, ast.Import):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module == "typing" and name != "*":
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+            continue
+        how = (f"from {node.module or '.'} import" if isinstance(node, ast.ImportFrom)
+               else type(node).__name__)
+        found.append(f"{name} (line {node.lineno}: {how})")
+    return found
+
+
+def attributes_set_on(tree, module_name):
+    """(attribute, line) for each `<module_name>.<attribute> = ...` in a parsed source."""
+    return [(target.attr, node.lineno) for node in ast.walk(tree)
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and target.value.id == module_name]
+
+
+def test_every_name_the_npu_stand_in_offers_is_torch_npus_with_its_signature(wheel):
+    """Each name in the __all__ of the stand-in's torch.npu (npu_module.py) and
+    torch.npu.amp (npu_amp.py) exists there in the wheel, and the stand-in defines it with
+    the signature of the wheel's def or class (found through torch_npu's re-exports)."""
+    problems, listed = [], set()
+    for filename, module in STAND_IN_MODULES.items():
+        where, tree = stand_in_tree(filename)
+        exported = literal_all(tree)
+        assert exported, f"{where} has no literal __all__ to check"
+        for name in exported:
+            dotted = f"{module}.{name}"
+            public_name = "torch" + dotted[len("torch_npu"):]
+            listed.add(public_name)
+            if not wheel.resolves(dotted):
+                problems.append(f"{public_name}: torch-npu {NPU_VERSION} has no {dotted}")
+                continue
+            stand_in = last_binding(tree, name)
+            if not isinstance(stand_in, _DEFINITIONS):
+                problems.append(f"{public_name}: {where} lists it in __all__ but does not "
+                                "define it with def or class, so its signature cannot be "
+                                "compared")
+                continue
+            found = wheel.definition(dotted)
+            if found is None:
+                problems.append(f"{public_name}: the wheel binds {dotted}, but to no def or "
+                                "class in its sources; nothing to compare the stand-in with")
+                continue
+            problems += signature_mismatches(
+                public_name, (f"{where}:{stand_in.lineno}", stand_in),
+                (f"{found[0]}:{found[1].lineno}", found[1]))
+    expected = {"torch.npu.device", "torch.npu.set_device", "torch.npu.synchronize",
+                "torch.npu.amp.GradScaler", "torch.npu.amp.autocast"}
+    assert expected <= listed, f"the check missed {sorted(expected - listed)}"
+    assert not problems, ("the stand-in npu device differs from torch-npu "
+                          f"{NPU_VERSION}:\n" + "\n".join(problems))
+
+
+def test_the_npu_stand_in_offers_no_name_beyond_its_all(wheel):
+    """No public function, class or callable of the stand-in's modules escapes the check
+    above: each is in __all__. Attributes devicekit.simulate sets on them must be names the
+    wheel has there."""
+    problems = []
+    for filename in STAND_IN_MODULES:
+        where, tree = stand_in_tree(filename)
+        problems += [f"{where}: {found}" for found in public_names_beyond_all(tree)]
+    for path in sorted(SIMULATE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for filename, module in STAND_IN_MODULES.items():
+            problems += [f"{path.relative_to(REPO)}:{line}: sets {filename[:-3]}.{attribute}, "
+                         f"but torch-npu {NPU_VERSION} has no {module}.{attribute}"
+                         for attribute, line in attributes_set_on(tree, filename[:-3])
+                         if not attribute.startswith("_")
+                         and not wheel.resolves(f"{module}.{attribute}")]
+    assert not problems, ("the stand-in npu device offers names outside its checked "
+                          "__all__ (list them there, make them private, or `import` the "
+                          "module instead):\n" + "\n".join(problems))
+
+
 # -- The guards themselves -------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["true", "1", "TRUE"])
@@ -563,6 +847,75 @@ def test_this_machine_has_a_pinned_wheel():
     if native_tag() is None:
         skip_or_fail(f"no pinned torch-npu wheel for {next(iter(sys_tags()))}")
     assert native_tag() in WHEEL_SHA256
+
+
+WHEEL_SYNCHRONIZE = "torch_npu/npu/utils.py"
+
+
+def _compare_with_the_wheel(wheel, source, dotted="torch_npu.npu.synchronize"):
+    """signature_mismatches for the first definition in `source` against the wheel's."""
+    node = ast.parse(source).body[0]
+    path, real = wheel.definition(dotted)
+    return signature_mismatches("torch" + dotted[len("torch_npu"):], ("stand_in.py:1", node),
+                                (f"{path}:{real.lineno}", real))
+
+
+@pytest.mark.parametrize("wrong", [
+    "def synchronize(device=0): pass",
+    "def synchronize(dev=None): pass",
+    "def synchronize(*, device=None): pass",
+    "def synchronize(device=None, /): pass",
+    "def synchronize(device): pass",
+    "def synchronize(device=None, stream=None): pass",
+    "def synchronize(*device): pass",
+], ids=["default", "name", "keyword-only", "positional-only", "no-default", "extra", "star"])
+def test_the_signature_check_can_fail(wheel, wrong):
+    """A stand-in synchronize that differs from the wheel's in a name, kind or default
+    fails, and the message names the function and both signatures."""
+    problems = _compare_with_the_wheel(wheel, wrong)
+    assert len(problems) == 1, problems
+    stand_in = signature_text(ast.parse(wrong).body[0])
+    assert problems[0].startswith("torch.npu.synchronize: "), problems[0]
+    assert f"stand-in {stand_in} (stand_in.py:1)" in problems[0], problems[0]
+    assert f"wheel synchronize(device=None) ({WHEEL_SYNCHRONIZE}:" in problems[0], problems[0]
+
+
+def test_the_signature_check_passes_what_agrees_and_checks_classes(wheel):
+    """Annotations do not count; a class's __init__ and its other methods do."""
+    assert _compare_with_the_wheel(
+        wheel, "def synchronize(device: int = None) -> None: pass") == []
+    # The re-exports followed: `from .utils import`, `from .random import *`, amp's package.
+    assert wheel.definition("torch_npu.npu.set_device")[0] == "torch_npu/npu/utils.py"
+    assert wheel.definition("torch_npu.npu.get_rng_state")[0] == "torch_npu/npu/random.py"
+    assert (wheel.definition("torch_npu.npu.amp.GradScaler")[0]
+            == "torch_npu/npu/amp/grad_scaler.py")
+    assert wheel.definition("torch_npu.npu.no_such_function") is None
+    right = "class device:\n    def __init__(self, device): pass\n"
+    assert _compare_with_the_wheel(wheel, right, "torch_npu.npu.device") == []
+    for wrong, says in [
+            ("class device:\n    def __init__(self, device=None): pass\n",
+             "stand-in __init__(self, device=None)"),
+            ("class device:\n    pass\n", "defines no __init__"),
+            (right + "    def __exit__(self, exc_type, exc, tb): pass\n",
+             "wheel __exit__(self, *args)"),
+            (right + "    def no_such_method(self): pass\n", "defines no no_such_method"),
+            ("def device(device): pass", "the stand-in's is a function")]:
+        problems = _compare_with_the_wheel(wheel, wrong, "torch_npu.npu.device")
+        assert len(problems) == 1 and says in problems[0], (wrong, problems)
+
+
+def test_the_name_check_sees_what_escapes_all():
+    """Defs, classes, aliases, star and `from` imports outside __all__ are caught; literal
+    constants, private names, modules and typing's names are not."""
+    source = ("import collections\nfrom typing import List\nNAME = 'x'\n_private = len\n"
+              "from collections import defaultdict\nfrom x import *\ndef listed(): pass\n"
+              "def extra(): pass\nclass Extra: pass\nalias = listed\n"
+              "__all__ = ['listed']\n")
+    found = public_names_beyond_all(ast.parse(source))
+    assert [item.split(" ")[0] for item in found] == ["defaultdict", "*", "extra", "Extra",
+                                                      "alias"], found
+    tree = ast.parse("npu_module.amp = npu_amp\nnpu_module._native = 1\nother.x = 2\n")
+    assert attributes_set_on(tree, "npu_module") == [("amp", 1), ("_native", 2)]
 
 
 # -- No wheel needed ---------------------------------------------------------------------------

@@ -70,40 +70,41 @@ def main_py(*args):
     return [sys.executable, "main.py", *map(str, args)]
 
 
-def run_training(launcher, args, directory, nproc=NPROC, timeout=RUN_TIMEOUT_S):
-    """Run main.py with `args` started the way `launcher` does, with `nproc` ranks; return
-    the Finished of every process the test started (rank 0's output first)."""
+def run_training(launcher, args, directory, nproc=NPROC, timeout=RUN_TIMEOUT_S, **env):
+    """Run main.py with `args` started the way `launcher` does, with `nproc` ranks and the
+    variables `env` set; return the Finished of every process the test started (rank 0's
+    output first)."""
     directory = Path(directory)
     args = [str(arg) for arg in args]
     with Processes(directory / "processes") as procs:
         if launcher == "torchrun":
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                     "--nproc-per-node", str(nproc), "main.py", *args]
-            started = [procs.start(launcher, argv, child_env())]
+            started = [procs.start(launcher, argv, child_env(**env))]
         elif launcher == "launch":
             # Its static rendezvous defaults to port 29500: give it a free one. It appends
             # --local-rank=N to every worker's command line.
             argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node",
                     str(nproc), "--master_addr", "127.0.0.1", "--master_port",
                     str(find_free_port()), "main.py", *args]
-            started = [procs.start(launcher, argv, child_env())]
+            started = [procs.start(launcher, argv, child_env(**env))]
         elif launcher == "spawn":
             argv = main_py("--multiprocessing-distributed", "--nproc-per-node", nproc, *args)
-            started = [procs.start(launcher, argv, child_env())]
+            started = [procs.start(launcher, argv, child_env(**env))]
         elif launcher == "run_8p":
             env = child_env(NPROC_PER_NODE=nproc, LOG_DIR=directory / "logs",
-                            PYTHON=sys.executable)
+                            PYTHON=sys.executable, **env)
             started = [procs.start(launcher, ["bash", "launch/run_8p.sh", *args], env)]
         elif launcher == "ascend":
             port = find_free_port()
             started = [procs.start(f"rank{i}", main_py("--gpu", i, "--rank", 0, "--world-size", 1,
                                                        "--multiprocessing-distributed", *args),
                                    child_env(RANK_ID=i, RANK_SIZE=nproc,
-                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **env))
                        for i in range(nproc)]
         elif launcher == "single":
             assert nproc == 1
-            started = [procs.start(launcher, main_py(*args), child_env())]
+            started = [procs.start(launcher, main_py(*args), child_env(**env))]
         else:
             raise AssertionError(launcher)
         results = procs.finish_all(started, timeout)

@@ -1,6 +1,6 @@
 """`torch.npu.amp` of the stand-in device, with torch_npu's signatures."""
 
-from collections import defaultdict
+import collections
 
 import torch
 from torch.amp.grad_scaler import _refresh_per_optimizer_state
@@ -33,7 +33,7 @@ class GradScaler(torch.amp.GradScaler):
     def update(self, new_scale=None):
         if self._dynamic or new_scale is not None or not self._enabled:
             return super().update(new_scale)
-        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+        self._per_optimizer_states = collections.defaultdict(_refresh_per_optimizer_state)
         return None
 
 

@@ -1,0 +1,218 @@
+"""The stand-in npu device (DEVICEKIT_SIMULATE=npu): its build, its start-up, its per-step cost.
+
+    python benchmarks/standin.py                  # about 6 minutes on 2 cores
+    python benchmarks/standin.py --builds 1 --startup-pairs 15 --step-pairs 30 --out /tmp/s.json
+
+Rows, all in one run, on the first two cores this process may use (pinned here, as run.py
+pins its programs; every subprocess inherits it), one table printed and a JSON file written:
+
+1. build: wall time of `python -c "import devicekit"` with DEVICEKIT_SIMULATE=npu into a
+   fresh, empty DEVICEKIT_CACHE (the C++ extension compiled), --builds times. Reported only.
+2. start-up: the same command with the cache warm, minus the same command without
+   DEVICEKIT_SIMULATE, paired and interleaved (order reversed every other pair). The row is
+   the median of the paired differences with its sign-test interval (benchmarks/stats.py);
+   goal: well under a second, "met" when the interval's upper end is below 1.0 s.
+3. per step: ResNet-18 (1000 classes), batch 16, 64 px, forward + backward + SGD step (the
+   batch copied to the device each step), in this one process with the stand-in active:
+   one copy of the model on `npu`, one on `cpu`, same initial weights, same batches, the
+   same torch.set_num_threads. After 5 warm-up steps each, blocks of --block-steps steps
+   alternate, the order reversed every other pair; a block's figure is the median of its
+   step times, a pair's ratio npu / cpu. The row is the median ratio with its sign-test
+   interval; goal <= 1.15: "met" when the whole interval is at or below it, "not met" when
+   the whole interval is above it, "inconclusive" otherwise ("too few pairs" under 95 %).
+   fp32 NCHW; a second row (reported only) with torch.autocast(device, bfloat16) on both
+   sides: the npu side takes the CUDA autocast op lists, the cpu side the CPU's.
+
+Never a timed assertion in a test: these figures are measured here and reported.
+"""
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from machine import cpu_and_versions
+from run import PY, ROOT, cores, environ, run
+from stats import CONFIDENCE, median_interval
+
+IMPORT = [PY, "-c", "import devicekit"]
+STARTUP_GOAL_S = 1.0
+STEP_GOAL = 1.15
+BATCH, SIZE, CLASSES, WARMUP_STEPS = 16, 64, 1000, 5
+
+
+def import_seconds(cache, simulate):
+    """Wall seconds of `python -c "import devicekit"`, with or without the stand-in."""
+    env = environ(DEVICEKIT_CACHE=cache)
+    env.pop("DEVICEKIT_SIMULATE", None)
+    if simulate:
+        env["DEVICEKIT_SIMULATE"] = "npu"
+    start = time.perf_counter()
+    run(IMPORT, env=env, timeout=600)
+    return time.perf_counter() - start
+
+
+def builds(scratch, repeats):
+    """Row 1: cold builds, each into an empty cache; returns (row, a warm cache)."""
+    seconds = []
+    for index in range(repeats):
+        cache = os.path.join(scratch, f"cold-{index}")
+        print(f"  build {index + 1}/{repeats}", file=sys.stderr, flush=True)
+        seconds.append(import_seconds(cache, simulate=True))
+        if not any(name.startswith("npu-standin-") for name in os.listdir(cache)):
+            raise RuntimeError(f"no npu-standin build in {cache}")
+    row = {"what": "cold build: import devicekit with DEVICEKIT_SIMULATE=npu, empty cache",
+           "median_s": statistics.median(seconds), "runs_s": seconds, "verdict": "report"}
+    return row, cache
+
+
+def startup(cache, pairs):
+    """Row 2: warm start-up with the stand-in minus without, paired and interleaved."""
+    with_s, without_s = [], []
+    for index in range(pairs):
+        order = (True, False) if index % 2 == 0 else (False, True)
+        for simulate in order:
+            (with_s if simulate else without_s).append(import_seconds(cache, simulate))
+    differences = [a - b for a, b in zip(with_s, without_s)]
+    low, high, confidence = median_interval(differences)
+    return {"what": "warm start-up: import devicekit with DEVICEKIT_SIMULATE=npu minus without",
+            "median_s": statistics.median(differences), "interval_s": [low, high],
+            "confidence": confidence, "pairs": pairs,
+            "with_median_s": statistics.median(with_s),
+            "without_median_s": statistics.median(without_s),
+            "goal": f"upper end < {STARTUP_GOAL_S} s",
+            "verdict": at_most(low, high, confidence, STARTUP_GOAL_S, strict=True),
+            "differences_s": differences, "with_s": with_s, "without_s": without_s}
+
+
+def at_most(low, high, confidence, goal, strict=False):
+    """run.py's verdict words for a goal the figure must not exceed: "met" when the whole
+    interval is at or below it (below it when `strict`), "not met" when it is all above."""
+    if confidence < CONFIDENCE:
+        return "too few pairs"
+    if high < goal or (high == goal and not strict):
+        return "met"
+    if low > goal or (low == goal and strict):
+        return "not met"
+    return "inconclusive"
+
+
+def step_ratio(pairs, block_steps, amp):
+    """Row 3: npu / cpu step time from blocks alternating in this process."""
+    import devicekit  # noqa: F401  (DEVICEKIT_SIMULATE=npu is set: the npu device exists)
+    import models
+
+    torch.manual_seed(0)
+    model = models.create("resnet18", num_classes=CLASSES)
+    batches = [(torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, CLASSES, (BATCH,)))
+               for _ in range(4)]
+
+    def side(device):
+        net = copy.deepcopy(model).to(device)
+        optimizer = torch.optim.SGD(net.parameters(), 0.01, momentum=0.9, weight_decay=1e-4)
+        criterion = torch.nn.CrossEntropyLoss()
+        done = [0]
+
+        def block(steps):
+            times = []
+            for _ in range(steps):
+                images, labels = batches[done[0] % len(batches)]
+                start = time.perf_counter()
+                images, labels = images.to(device), labels.to(device)
+                with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+                    loss = criterion(net(images), labels)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                times.append(time.perf_counter() - start)
+                done[0] += 1
+            return statistics.median(times)
+        return block
+
+    sides = {"npu": side("npu"), "cpu": side("cpu")}
+    for block in sides.values():
+        block(WARMUP_STEPS)
+    seconds = {name: [] for name in sides}
+    for index in range(pairs):
+        for name in ("npu", "cpu") if index % 2 == 0 else ("cpu", "npu"):
+            seconds[name].append(sides[name](block_steps))
+    ratios = [n / c for n, c in zip(seconds["npu"], seconds["cpu"])]
+    low, high, confidence = median_interval(ratios)
+    words = "AMP bf16 (torch.autocast on both sides)" if amp else "fp32"
+    return {"what": f"npu / cpu step time: resnet18 {SIZE} px, batch {BATCH}, {words}, NCHW, "
+                    f"{torch.get_num_threads()} threads, blocks of {block_steps} steps",
+            "cpu_ms": 1e3 * statistics.median(seconds["cpu"]),
+            "npu_ms": 1e3 * statistics.median(seconds["npu"]),
+            "ratio": statistics.median(ratios), "interval": [low, high],
+            "confidence": confidence, "pairs": pairs,
+            "goal": None if amp else f"<= {STEP_GOAL}",
+            "verdict": "report" if amp else at_most(low, high, confidence, STEP_GOAL),
+            "cpu_s": seconds["cpu"], "npu_s": seconds["npu"], "ratios": ratios}
+
+
+def format_table(results):
+    m = results["machine"]
+    lines = [f"machine: {m['cpu']} ({m['cpu_family_model']}), {m['cores']} cores used, torch "
+             f"{m['torch']} ({m['torch_cpu_capability']}), Python {m['python']}; "
+             f"{m['when']}, load average at start {m['load_average_at_start']:.2f}", "",
+             "Median of the paired figures; interval: its sign-test interval (confidence in "
+             "brackets).", "",
+             "| row | cpu / without | npu / with | median | interval | goal | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    build, start = results["rows"]["1. build"], results["rows"]["2. start-up"]
+    lines.append(f"| 1. {build['what']} | - | - | {build['median_s']:.1f} s | runs "
+                 f"{', '.join(f'{s:.1f}' for s in build['runs_s'])} s | - | report |")
+    lines.append(f"| 2. {start['what']} | {start['without_median_s']:.3f} s | "
+                 f"{start['with_median_s']:.3f} s | {start['median_s']:+.3f} s | "
+                 f"{start['interval_s'][0]:+.3f} to {start['interval_s'][1]:+.3f} s "
+                 f"({start['pairs']} pairs, {start['confidence']:.1%}) | {start['goal']} | "
+                 f"{start['verdict']} |")
+    for name in ("3a. step fp32", "3b. step bf16"):
+        row = results["rows"][name]
+        lines.append(f"| {name[:2]}. {row['what']} | {row['cpu_ms']:.1f} ms | "
+                     f"{row['npu_ms']:.1f} ms | {row['ratio']:.3f} | {row['interval'][0]:.3f}-"
+                     f"{row['interval'][1]:.3f} ({row['pairs']} pairs, "
+                     f"{row['confidence']:.1%}) | {row['goal'] or '-'} | {row['verdict']} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--builds", type=int, default=2, choices=(1, 2, 3),
+                        help="cold builds (about 30 s each)")
+    parser.add_argument("--startup-pairs", type=int, default=25)
+    parser.add_argument("--step-pairs", type=int, default=60)
+    parser.add_argument("--block-steps", type=int, default=5)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks",
+                                                      "standin_results.json"))
+    args = parser.parse_args()
+    os.sched_setaffinity(0, [int(core) for core in cores(2).split(",")])
+    torch.set_num_threads(2)
+    results = {"machine": cpu_and_versions() | {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_at_start": os.getloadavg()[0]}, "rows": {}}
+    with tempfile.TemporaryDirectory(prefix="devicekit-standin-bench.") as scratch:
+        print("1. cold builds ...", file=sys.stderr, flush=True)
+        results["rows"]["1. build"], cache = builds(scratch, args.builds)
+        print("2. start-up pairs ...", file=sys.stderr, flush=True)
+        results["rows"]["2. start-up"] = startup(cache, args.startup_pairs)
+        os.environ.update(DEVICEKIT_SIMULATE="npu", DEVICEKIT_CACHE=cache)
+        sys.path.insert(0, ROOT)
+        for name, amp in (("3a. step fp32", False), ("3b. step bf16", True)):
+            print(f"{name} pairs ...", file=sys.stderr, flush=True)
+            results["rows"][name] = step_ratio(args.step_pairs, args.block_steps, amp)
+    results["load_average_at_end"] = os.getloadavg()[0]
+    with open(args.out, "w") as handle:
+        json.dump(results, handle, indent=2)
+    print(format_table(results))
+    print(f"\nJSON: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""The stand-in npu device (DEVICEKIT_SIMULATE=npu): tensors that torch really places on a
+device named `npu`, an `hccl` process group over them, and devicekit's npu kind on top.
+
+Activating it renames torch's extension device for the life of the process, so every
+scenario runs in a fresh interpreter and reports JSON. The first scenario of a machine
+builds the C++ extension (about 30 s on 2 cores); the rest load it from the cache.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import clean_environ
+from processes import Processes, describe
+from test_train_runs import TINY, load_checkpoint, assert_bitwise_equal, run_training
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_NPU = REPO / "tests" / "fake_npu"
+USER_SCRIPT = REPO / "tests" / "npu_standin" / "user_script.py"
+TIMEOUT_S = 300  # includes the first build of the extension
+SIMULATE = {"DEVICEKIT_SIMULATE": "npu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run_python(args, timeout=TIMEOUT_S, **env):
+    """`python ARGS` from the repo root with the stand-in asked for, plus `env`."""
+    variables = clean_environ(**{**SIMULATE, **env})
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=variables,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def scenario(code, **env):
+    """Run `code` after `import torch, devicekit` with the stand-in on; the dict it left in
+    `out`, as JSON."""
+    prelude = "import json, torch, devicekit\nfrom torch import nn\nout = {}\n"
+    result = run_python(["-c", prelude + code + "\nprint(json.dumps(out))"], **env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def error_line(result):
+    """The one line a run that exited 2 printed on stderr."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+# -- a device torch dispatches to ---------------------------------------------------------------
+
+def test_tensors_live_on_a_device_named_npu():
+    out = scenario("""
+a = torch.ones(3, device="npu")
+b = torch.arange(6.).npu().view(2, 3)
+c = b.to("npu:1")
+m = nn.Linear(3, 2).npu()
+out.update(
+    device=str(torch.device("npu:0")), a=str(a.device), type=a.device.type, b=str(b.device),
+    c=str(c.device), c_plus=str((c + c).device), module=str(m.weight.device),
+    value=(b * 2 + 1).sum().item(), count=torch.npu.device_count(),
+    accelerator=str(torch.accelerator.current_accelerator()),
+    backend=torch.distributed.get_default_backend_for_device("npu"),
+    back_on_cpu=(b.cpu() == torch.arange(6.).view(2, 3)).all().item())
+""")
+    assert out["device"] == "npu:0" and out["a"] == "npu:0" and out["type"] == "npu"
+    assert out["b"] == "npu:0" and out["c"] == "npu:1" and out["c_plus"] == "npu:1"
+    assert out["module"] == "npu:0" and out["value"] == 36.0 and out["back_on_cpu"] is True
+    assert out["count"] == 2 and out["accelerator"] == "npu" and out["backend"] == "hccl"
+
+
+@pytest.mark.parametrize("env, count", [({}, 2), ({"DEVICEKIT_SIMULATE_DEVICES": "8"}, 8),
+                                        ({"DEVICEKIT_SIMULATE_DEVICES": "8",
+                                          "ASCEND_RT_VISIBLE_DEVICES": "2,5,7"}, 3)])
+def test_device_count_follows_the_simulated_machine_and_visible_devices(env, count):
+    out = scenario("""
+out.update(torch=torch.npu.device_count(), kind=devicekit.device_count(),
+           last=str(torch.ones(1, device=f"npu:{torch.npu.device_count() - 1}").device))
+""", DEVICEKIT_DEVICE="npu", **env)
+    assert out == {"torch": count, "kind": count, "last": f"npu:{count - 1}"}
+
+
+@pytest.mark.parametrize("other, found", [("torch.ones(4, 3)", "npu:0 and cpu"),
+                                          ("torch.ones(4, 3, device='npu:1')",
+                                           "npu:0 and npu:1")])
+def test_an_operand_on_another_device_fails_as_on_a_real_npu(other, found):
+    out = scenario(f"""
+model = nn.Linear(3, 2).npu()
+try:
+    model({other})
+except RuntimeError as error:
+    out["error"] = str(error)
+out["scalar_ok"] = str((torch.ones(2, device="npu") * torch.tensor(3.)).device)
+""")
+    assert "Expected all tensors to be on the same device" in out["error"], out
+    assert found in out["error"], out
+    assert out["scalar_ok"] == "npu:0"  # a CPU scalar is fine, as on CUDA
+
+
+def test_training_on_npu_equals_training_on_cpu_bit_for_bit():
+    out = scenario("""
+import copy
+torch.manual_seed(0)
+cpu = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                    nn.Linear(8 * 6 * 6, 4))
+npu = copy.deepcopy(cpu).npu()
+initial = copy.deepcopy(cpu.state_dict())
+runs = [(cpu, torch.optim.AdamW(cpu.parameters()), "cpu"),
+        (npu, torch.optim.AdamW(npu.parameters()), "npu")]
+x, y = torch.randn(5, 3, 8, 8), torch.randint(0, 4, (5,))
+for _ in range(3):
+    for model, optimizer, device in runs:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+out["devices"] = sorted({str(p.device) for p in npu.parameters()})
+out["equal"] = all(torch.equal(a.cpu(), b) for a, b in zip(npu.state_dict().values(),
+                                                           cpu.state_dict().values()))
+out["trained"] = not torch.equal(cpu[0].weight, initial["0.weight"])
+""")
+    assert out["devices"] == ["npu:0"]
+    assert out["equal"] is True and out["trained"] is True
+
+
+def test_autocast_for_npu_casts_and_autocast_for_cpu_silently_does_not():
+    """The bug class `port` guards against: autocast opened for the wrong device type."""
+    out = scenario("""
+devicekit.runtime.kind("npu")
+w = torch.randn(4, 4, device="npu")
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    out["cpu_autocast"] = str((w @ w).dtype)
+with torch.autocast("npu", dtype=torch.bfloat16):
+    out["npu_autocast"] = str((w @ w).dtype)
+with devicekit.autocast(enabled=True) as context:
+    out["devicekit"] = [context.device, str((w @ w).dtype), str(torch.exp(w).dtype)]
+with devicekit.autocast():
+    out["default"] = torch.is_autocast_enabled("npu")
+""")
+    assert out["cpu_autocast"] == "torch.float32"
+    assert out["npu_autocast"] == "torch.bfloat16"
+    assert out["devicekit"] == ["npu", "torch.float16", "torch.float32"]
+    assert out["default"] is False  # the NPU's default: off, as Ascend's scripts do
+
+
+def test_grad_scaler_scales_steps_and_updates_on_npu():
+    out = scenario("""
+devicekit.runtime.kind("npu")
+model = nn.Linear(8, 2).npu()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = devicekit.GradScaler(enabled=True, init_scale=1024.0, growth_interval=1)
+static = devicekit.GradScaler(enabled=True, init_scale=1024.0, dynamic=False)
+before = model.weight.detach().cpu().clone()
+for s in (scaler, static):
+    with devicekit.autocast(enabled=True):
+        loss = model(torch.randn(4, 8, device="npu")).float().pow(2).mean()
+    optimizer.zero_grad()
+    s.scale(loss).backward()
+    s.step(optimizer)
+    s.update()
+out.update(cls=type(scaler).__module__ + "." + type(scaler).__name__,
+           dynamic=scaler.get_scale(), static=static.get_scale(),
+           stepped=not torch.equal(before, model.weight.detach().cpu()))
+""")
+    assert out["cls"] == "torch.npu.amp.GradScaler" or out["cls"].endswith(".GradScaler"), out
+    assert out["dynamic"] == 2048.0  # grew after one finite step (growth_interval=1)
+    assert out["static"] == 1024.0  # dynamic=False: torch_npu's static loss scale
+    assert out["stepped"] is True
+
+
+def test_checkpoints_move_between_npu_and_cpu(tmp_path):
+    out = scenario(f"""
+model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).to("npu:1")
+path = {str(tmp_path / "ckpt.pt")!r}
+devicekit.save_checkpoint(path, {{"model": model}})
+plain = torch.load(path, weights_only=True)["model"]
+out["saved_from"] = sorted({{str(t.device) for t in plain.values()}})
+for where in ("npu:1", "npu", "cpu"):
+    loaded = devicekit.load_checkpoint(path, map_location=where)["model"]
+    out[where] = sorted({{str(t.device) for t in loaded.values()}})
+    out[where + " equal"] = all(torch.equal(loaded[k].cpu(), plain[k].cpu()) for k in plain)
+fresh = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).npu()
+fresh.load_state_dict(torch.load(path, map_location="npu", weights_only=True)["model"])
+out["into_model"] = str(fresh[0].weight.device)
+""")
+    assert out["saved_from"] == ["cpu"]  # devicekit saves portable checkpoints
+    assert (out["npu:1"], out["npu"], out["cpu"]) == (["npu:1"], ["npu:0"], ["cpu"])
+    assert out["npu:1 equal"] and out["npu equal"] and out["cpu equal"]
+    assert out["into_model"] == "npu:0"
+
+
+def test_init_distributed_binds_the_npu_and_joins_an_hccl_group():
+    out = scenario("""
+ctx = devicekit.init_distributed(options=devicekit.LaunchOptions(gpu=1))
+t = torch.ones(2, device=devicekit.device())
+torch.distributed.all_reduce(t)
+out.update(index=ctx.device_index, backend=torch.distributed.get_backend(),
+           device=str(devicekit.device()), current=torch.npu.current_device(),
+           result=t.tolist(), result_device=str(t.device))
+devicekit.destroy_process_group()
+""", DEVICEKIT_DEVICE="npu")
+    assert out["index"] == 1 and out["current"] == 1 and out["device"] == "npu:1"
+    assert out["backend"] == "hccl"
+    assert out["result"] == [1.0, 1.0] and out["result_device"] == "npu:1"
+
+
+# -- collectives, the trainer and a user's script on 2 ranks -----------------------------------
+
+@pytest.mark.slow
+def test_check_passes_on_npu_over_hccl_with_two_ranks():
+    result = run_python(["-m", "devicekit", "check", "--device", "npu", "--max-bytes",
+                         str(1 << 20), "--json"])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True, report
+    assert (report["backend"], report["device"], report["world_size"]) == ("hccl", "npu", 2)
+    assert sorted(r["device"] for r in report["ranks"]) == ["npu:0", "npu:1"], report
+
+
+@pytest.fixture(scope="module")
+def cpu_reference(tmp_path_factory):
+    """The TINY run on the CPU in fp32 (the npu runs compute with the same kernels)."""
+    directory = tmp_path_factory.mktemp("cpu")
+    run_training("torchrun", [*TINY, "--no-amp", "--no-channels-last", "--output-dir",
+                              directory / "out"], directory)
+    return load_checkpoint(directory / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn", "run_8p"])
+def test_main_trains_on_npu_and_matches_the_cpu_bit_for_bit(launcher, cpu_reference, tmp_path):
+    results = run_training(launcher, [*TINY, "--device", "npu", "--output-dir",
+                                      tmp_path / "out"], tmp_path, DEVICEKIT_SIMULATE="npu",
+                           DEVICEKIT_DEVICE="auto")
+    stdout = results[0].stdout
+    assert stdout.startswith("=> tinynet on npu ("), stdout
+    assert ", fp32" in stdout.splitlines()[0], stdout
+    warnings = [line for r in results for line in (r.stdout + r.stderr).splitlines()
+                if "Warning" in line]
+    assert not warnings, describe(results)
+    checkpoint = load_checkpoint(tmp_path / "out")
+    assert_bitwise_equal(checkpoint["state_dict"], cpu_reference["state_dict"],
+                         f"{launcher} on npu against torchrun on cpu")
+
+
+@pytest.mark.slow
+def test_a_users_flat_api_script_keeps_every_tensor_on_npu_under_torchrun(tmp_path):
+    with Processes(tmp_path / "processes") as procs:
+        run = procs.start("torchrun", [sys.executable, "-m", "torch.distributed.run",
+                                       "--standalone", "--nproc-per-node", "2",
+                                       str(USER_SCRIPT), str(tmp_path / "ckpt.pt")],
+                          clean_environ(**SIMULATE))
+        result, = procs.finish_all([run], TIMEOUT_S)
+    assert result.returncode == 0, describe([result])
+    reports = sorted((json.loads(line) for line in result.stdout.splitlines()
+                      if line.startswith("{")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reports] == [0, 1], describe([result])
+    for rank, report in enumerate(reports):
+        assert report["device"] == f"npu:{rank}"
+        assert report["backend"] == report["process_group"] == "hccl"
+        assert report["devices"] == [f"npu:{rank}"], report
+        assert report["autocast_dtypes"] == ["torch.float16"], report
+        assert report["scaler"] == "GradScaler" and report["scale"] > 1.0, report
+        assert report["loaded_on"] == [f"npu:{rank}"] and report["loaded_on_cpu"] == ["cpu"]
+        assert report["same_values"] is True
+    assert reports[0]["weights"] == reports[1]["weights"], "DDP ranks diverged"
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert {t.device.type for t in saved["model"].values()} == {"cpu"}
+
+
+# -- bad input: one line, exit 2 -----------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["tpu", "cuda", "npu,cpu"])
+def test_an_unknown_simulated_device_is_refused_in_one_line(value):
+    line = error_line(run_python(["-c", "import devicekit"], DEVICEKIT_SIMULATE=value))
+    assert line == (f"error: DEVICEKIT_SIMULATE={value!r} is not a device devicekit can "
+                    "simulate: use npu, or unset it")
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"DEVICEKIT_SIMULATE_DEVICES": "0"}, "DEVICEKIT_SIMULATE_DEVICES='0' must be a whole"),
+    ({"DEVICEKIT_SIMULATE_DEVICES": "two"}, "DEVICEKIT_SIMULATE_DEVICES='two' must be a whole"),
+    ({"ASCEND_RT_VISIBLE_DEVICES": "0,5"}, "ASCEND_RT_VISIBLE_DEVICES='0,5' names NPU 5, but "
+                                           "this machine has 2")])
+def test_a_bad_simulated_machine_is_refused_in_one_line(env, says):
+    line = error_line(run_python(["-m", "devicekit", "doctor"], **env))
+    assert says in line, line
+
+
+def test_an_unordered_visible_list_is_refused_by_the_npu_kind():
+    line = error_line(run_python(["-m", "devicekit", "check", "--device", "npu"],
+                                 ASCEND_RT_VISIBLE_DEVICES="1,0"))
+    assert "ASCEND_RT_VISIBLE_DEVICES='1,0' is not in ascending order" in line, line
+
+
+def test_a_real_torch_npu_beside_the_stand_in_is_refused():
+    env = clean_environ(**SIMULATE)
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NPU), env["PYTHONPATH"]])
+    result = subprocess.run([sys.executable, "-c", "import devicekit"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    line = error_line(result)
+    assert "torch_npu is installed here" in line and "unset DEVICEKIT_SIMULATE" in line, line
+
+
+def test_no_compiler_is_one_line_and_leaves_no_half_built_cache(tmp_path):
+    cache = tmp_path / "cache"
+    line = error_line(run_python(["-c", "import devicekit"], DEVICEKIT_CACHE=cache,
+                                 CXX="no-such-compiler"))
+    assert "needs a C++ compiler ('no-such-compiler' is not on PATH)" in line, line
+    assert "apt-get install g++" in line, line
+    assert [p.name for p in cache.iterdir()] == ["npu-standin.lock"]
+
+
+@pytest.mark.slow
+def test_two_processes_building_at_once_both_start_and_leave_one_build(tmp_path):
+    """The first start on a machine builds; ranks starting together wait for that build."""
+    cache = tmp_path / "cache"
+    code = "import torch, devicekit; print(torch.ones(1, device='npu').device)"
+    with Processes(tmp_path / "processes") as procs:
+        started = [procs.start(f"p{i}", [sys.executable, "-c", code],
+                               clean_environ(**SIMULATE, DEVICEKIT_CACHE=cache))
+                   for i in range(2)]
+        results = procs.finish_all(started, TIMEOUT_S)
+    assert [r.returncode for r in results] == [0, 0], describe(results)
+    assert [r.stdout.strip() for r in results] == ["npu:0", "npu:0"]
+    built, lock = sorted(p.name for p in cache.iterdir())
+    assert built.startswith("npu-standin-") and lock == "npu-standin.lock"

@@ -125,6 +125,39 @@ out["trained"] = not torch.equal(cpu[0].weight, initial["0.weight"])
     assert out["equal"] is True and out["trained"] is True
 
 
+def test_a_script_that_ran_backward_on_npu_exits_cleanly_every_time():
+    """The device's autograd thread must be done with Python before Python finalizes;
+    without care about half of such runs aborted at exit."""
+    code = ("import torch, devicekit\n"
+            "torch.nn.Linear(3, 2).npu()(torch.randn(4, 3, device='npu')).sum().backward()\n"
+            "print('done')")
+    for _ in range(6):
+        result = run_python(["-c", code])
+        assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "done", ""), \
+            result
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_recurrent_layers_take_the_device_path_and_agree_with_the_cpu(cell):
+    """Off the CPU, torch runs nn.LSTM/nn.GRU through fused cells the CPU has no kernel for."""
+    out = scenario(f"""
+import copy
+torch.manual_seed(0)
+cpu = nn.{cell}(3, 4, num_layers=2)
+npu = copy.deepcopy(cpu).npu()
+x = torch.randn(5, 2, 3)
+a, b = cpu(x)[0], npu(x.npu())[0]
+a.pow(2).sum().backward()
+b.pow(2).sum().backward()
+out["device"] = str(b.device)
+out["output"] = (a - b.cpu()).abs().max().item()
+out["grads"] = max((p.grad - q.grad.cpu()).abs().max().item()
+                   for p, q in zip(cpu.parameters(), npu.parameters()))
+""")
+    assert out["device"] == "npu:0"
+    assert out["output"] < 1e-6 and out["grads"] < 1e-6, out
+
+
 def test_autocast_for_npu_casts_and_autocast_for_cpu_silently_does_not():
     """The bug class `port` guards against: autocast opened for the wrong device type."""
     out = scenario("""

@@ -6,6 +6,7 @@ torch's CPU kernels), `torch.npu` (npu_module.py) and an `hccl` collective backe
 by gloo (hccl.py). This package is the only code in devicekit that knows it is simulated.
 """
 
+import atexit
 import importlib.util
 import os
 import sys
@@ -81,7 +82,7 @@ def activate(devices: int = DEFAULT_DEVICES) -> None:
         raise UsageError(f"{SIMULATE_ENV}=npu, but torch's extension device is taken by "
                          f"{owner!r} in this process: unset {SIMULATE_ENV}")
 
-    from devicekit.simulate import build, hccl, npu_amp, npu_module
+    from devicekit.simulate import build, hccl, npu_amp, npu_module, rnn
 
     torch.utils.rename_privateuse1_backend("npu")
     native = build.load()
@@ -92,4 +93,23 @@ def activate(devices: int = DEFAULT_DEVICES) -> None:
     sys.modules["torch.npu.amp"] = npu_amp
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     hccl.register(native.host_view)
+    rnn.register()
+    atexit.register(_settle_autograd_threads, os.getpid())
     _active = True
+
+
+def _settle_autograd_threads(pid: int) -> None:
+    # torch.autograd.backward leaves a Python object in the graph task, which the device's
+    # autograd thread releases just after backward returns; if Python is finalizing by
+    # then, the thread is killed inside C++ and the process aborts ("terminate called
+    # without an active exception"). A last backward on each device, with no Python
+    # object attached, returns only after that thread has let go of the previous one.
+    if os.getpid() != pid:  # a forked child (a DataLoader worker) has no autograd threads
+        return
+    import torch
+    from torch.autograd.variable import Variable
+
+    for index in range(torch.npu.device_count()):
+        leaf = torch.zeros((), device=f"npu:{index}", requires_grad=True)
+        Variable._execution_engine.run_backward(
+            (leaf * 1,), (torch.ones((), device=leaf.device),), False, False, (), True, True)

@@ -51,7 +51,8 @@ struct HostAllocator final : c10::Allocator {
   }
 };
 
-HostAllocator allocator;
+// Never destroyed: tensors and torch's own threads may still use it while the process exits.
+HostAllocator& allocator = *new HostAllocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);
 
 void release_storage(void* context) { delete static_cast<c10::Storage*>(context); }
@@ -524,8 +525,7 @@ at::Tensor host_view_of(const at::Tensor& t) {
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  static Hooks hooks;
-  at::RegisterPrivateUse1HooksInterface(&hooks);
+  at::RegisterPrivateUse1HooksInterface(new Hooks);  // never destroyed, as the allocator
   m.def("set_device_count", &set_device_count);
   m.def("set_current_device", &set_current_device);
   m.def("current_device", &get_current_device);

@@ -29,6 +29,12 @@ def _npu_status():
     npu = kinds.get("npu")
     version = torch_npu_version()
     matches = None if version is None else torch_npu_matches(version, torch.__version__)
+    if version is None and npu.is_registered():
+        # Something other than the torch_npu package registered torch.npu: say what.
+        module = torch.get_device_module("npu")
+        return {"state": "not installed, torch.npu registered", "version": None,
+                "matches_torch": None, "detail": f"torch.npu comes from {module.__name__}: "
+                          f"{module.get_device_name()}"}
     if version is None and not npu.is_installed():
         return {"state": "not installed", "version": None, "matches_torch": None,
                 "detail": npu.load_state()[1]}

@@ -17,7 +17,7 @@ import torch
 
 from conftest import clean_environ
 from processes import Processes, describe
-from test_train_runs import TINY, load_checkpoint, assert_bitwise_equal, run_training
+from test_train_runs import LAUNCHERS, TINY, assert_bitwise_equal, load_checkpoint, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_NPU = REPO / "tests" / "fake_npu"
@@ -81,6 +81,50 @@ out.update(torch=torch.npu.device_count(), kind=devicekit.device_count(),
            last=str(torch.ones(1, device=f"npu:{torch.npu.device_count() - 1}").device))
 """, DEVICEKIT_DEVICE="npu", **env)
     assert out == {"torch": count, "kind": count, "last": f"npu:{count - 1}"}
+
+
+def test_the_npu_kind_runs_on_the_stand_in_unchanged():
+    out = scenario("""
+from devicekit.detect import resolve_kind
+from devicekit.launch import resolve_launch
+kind = resolve_kind()
+out.update(name=kind.name, backend=kind.backend, start_method=kind.start_method,
+           count=kind.device_count(), ddp_device_ids=kind.ddp_device_ids(1),
+           amp_dtype=str(kind.amp_dtype()), pin_memory=kind.pin_memory,
+           device=str(devicekit.device()))
+""", DEVICEKIT_SIMULATE_DEVICES="8", ASCEND_RT_VISIBLE_DEVICES="0,1")
+    assert out == {"name": "npu", "backend": "hccl", "start_method": "spawn", "count": 2,
+                   "ddp_device_ids": [1], "amp_dtype": "torch.float16", "pin_memory": True,
+                   "device": "npu:0"}
+
+
+@pytest.mark.parametrize("local_rank, fits", [("1", True), ("2", False)])
+def test_torchrun_local_rank_must_fit_the_visible_npus(local_rank, fits):
+    out = scenario("""
+from devicekit.detect import resolve_kind
+from devicekit.launch import resolve_launch
+try:
+    out["device_index"] = resolve_launch(kind=resolve_kind("npu")).device_index
+except devicekit.UsageError as error:
+    out["error"] = str(error)
+""", RANK=local_rank, LOCAL_RANK=local_rank, WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", TORCHELASTIC_RUN_ID="test",
+                   DEVICEKIT_SIMULATE_DEVICES="8", ASCEND_RT_VISIBLE_DEVICES="0,1")
+    if fits:
+        assert out == {"device_index": 1}
+    else:
+        assert "LOCAL_RANK" in out["error"] and "ASCEND_RT_VISIBLE_DEVICES" in out["error"], out
+
+
+def test_doctor_says_where_torch_npu_comes_from():
+    result = run_python(["-m", "devicekit", "doctor", "--json"])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["device"], report["backend"], report["devices_per_node"]) == ("npu", "hccl", 2)
+    assert report["torch_npu"]["state"] == "not installed, torch.npu registered"
+    assert report["torch_npu"]["detail"].startswith(
+        "torch.npu comes from devicekit.simulate.npu_module: "), report["torch_npu"]
+    assert report["problems"] == [] and result.stderr == ""
 
 
 @pytest.mark.parametrize("other, found", [("torch.ones(4, 3)", "npu:0 and cpu"),
@@ -262,7 +306,7 @@ def cpu_reference(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["torchrun", "spawn", "run_8p"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_main_trains_on_npu_and_matches_the_cpu_bit_for_bit(launcher, cpu_reference, tmp_path):
     results = run_training(launcher, [*TINY, "--device", "npu", "--output-dir",
                                       tmp_path / "out"], tmp_path, DEVICEKIT_SIMULATE="npu",
@@ -271,7 +315,7 @@ def test_main_trains_on_npu_and_matches_the_cpu_bit_for_bit(launcher, cpu_refere
     assert stdout.startswith("=> tinynet on npu ("), stdout
     assert ", fp32" in stdout.splitlines()[0], stdout
     warnings = [line for r in results for line in (r.stdout + r.stderr).splitlines()
-                if "Warning" in line]
+                if "Warning" in line and "torch.distributed.launch is deprecated" not in line]
     assert not warnings, describe(results)
     checkpoint = load_checkpoint(tmp_path / "out")
     assert_bitwise_equal(checkpoint["state_dict"], cpu_reference["state_dict"],

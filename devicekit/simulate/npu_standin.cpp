@@ -312,6 +312,7 @@ void check_devices(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arg
   each_tensor([&](const at::Tensor& t, const std::string&, bool) {
     if (!operands.device && t.defined() && t.device().type() == kNpu) operands.device = t.device();
   });
+  if (!operands.device) return;  // a factory asked for npu through its device argument
   each_tensor([&](const at::Tensor& t, const std::string& name, bool is_index) {
     if (!t.defined()) return;
     if (t.device().type() == kNpu) {

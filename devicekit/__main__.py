@@ -1,4 +1,4 @@
-"""The devicekit command line: `doctor`, `check`, `nproc` and `port`."""
+"""The devicekit command line: `doctor`, `check`, `nproc`, `port` and `preflight`."""
 
 import argparse
 import sys
@@ -34,8 +34,10 @@ def _parser():
                        help="largest all_reduce message timed (default 64 MiB)")
     prove.add_argument("--json", action="store_true", help="print JSON")
 
-    # Parsed by devicekit.port itself (see `devicekit port --help`).
+    # Parsed by devicekit.port and devicekit.preflight themselves (see their --help).
     commands.add_parser("port", help="rewrite CUDA-only training scripts to run on every device")
+    commands.add_parser("preflight", help="run a training script here and report what it will "
+                                          "hit on an Ascend NPU")
     return parser
 
 
@@ -47,6 +49,10 @@ def main(argv=None):
         from devicekit.port import cli as port_cli  # libcst is imported only for `port`
 
         return port_cli.main(argv[1:])
+    if argv[:1] == ["preflight"]:
+        from devicekit.preflight import cli as preflight_cli
+
+        return preflight_cli.main(argv[1:])
     # torch.distributed.launch puts --local-rank=N before the subcommand.
     argv, local_rank = pop_local_rank(argv)
     args = _parser().parse_args(argv)

@@ -1,0 +1,53 @@
+"""One checker per kind of finding; each reads a Recording and returns Findings.
+
+A checker is a module with KIND, ADVICE (one line: what to do) and `findings(recording,
+context)`. CHECKS lists them most costly first, the order the report keeps.
+"""
+
+import dataclasses
+from typing import Callable, Dict, List, Tuple
+
+from devicekit.preflight.recording import Calls, Site
+
+
+@dataclasses.dataclass
+class Finding:
+    """One thing the script will hit on an NPU, at the user's line."""
+
+    kind: str
+    op: str
+    file: str
+    line: int
+    stack: List[str]
+    count: int
+    detail: str
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Context:
+    """What a checker may need besides the recording."""
+
+    npu_ops: frozenset
+    torch_npu: str  # the release the list is of
+    scripts: List[str]  # the user's own files the run went through
+
+
+def from_table(kind: str, table: Dict[Tuple[str, Site], Calls],
+               detail: Callable[[str, Calls], str]) -> List[Finding]:
+    """A finding per (what, where) entry of a recording's table."""
+    return [Finding(kind, what, site[0], site[1], list(calls.stack), calls.count,
+                    detail(what, calls))
+            for (what, site), calls in table.items()]
+
+
+def all_checks():
+    """The checker modules, most costly first."""
+    from devicekit.preflight.checks import (autocast_device, cpu_fallback, cuda_only,
+                                            data_dependent_shape, dynamic_shape, float64,
+                                            host_sync)
+
+    return [cpu_fallback, dynamic_shape, host_sync, data_dependent_shape, float64,
+            autocast_device, cuda_only]

@@ -1,0 +1,20 @@
+"""`autocast-device`: an autocast region opened for one device type around tensors of
+another (`torch.autocast("cuda")` around NPU or CPU tensors): it does nothing, and the
+step silently runs in float32."""
+
+from typing import List
+
+from devicekit.preflight.checks import Context, Finding, from_table
+
+KIND = "autocast-device"
+ADVICE = "open autocast for the tensors' device: devicekit.autocast() picks it"
+
+
+def _detail(what, calls):
+    wanted, _, found = what.partition(":")
+    return (f'autocast("{wanted}") around {found} tensors: no effect, the ops run in '
+            f"float32 ({calls.count} ops)")
+
+
+def findings(recording, context: Context) -> List[Finding]:
+    return from_table(KIND, recording.autocast, _detail)

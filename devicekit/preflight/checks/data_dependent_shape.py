@@ -1,0 +1,16 @@
+"""`data-dependent-shape`: operators whose output size depends on the values (nonzero,
+boolean-mask indexing, masked_select, unique): the device must finish and report the
+size to the host before anything after them can be compiled or launched."""
+
+from typing import List
+
+from devicekit.preflight.checks import Context, Finding, from_table
+
+KIND = "data-dependent-shape"
+ADVICE = ("keep shapes fixed: torch.where(mask, x, 0) or multiplying by the mask instead of "
+          "x[mask]; a fixed-size result instead of nonzero/unique")
+
+
+def findings(recording, context: Context) -> List[Finding]:
+    return from_table(KIND, recording.data_dependent,
+                      lambda op, calls: f"{op}: its output size depends on the data")

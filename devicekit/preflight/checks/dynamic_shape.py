@@ -1,0 +1,49 @@
+"""`dynamic-shape`: a line whose operators see different shapes from one step to the next
+(a smaller last batch, a variable sequence length): the NPU compiles each new shape."""
+
+from typing import List
+
+from devicekit.preflight.checks import Context, Finding
+
+KIND = "dynamic-shape"
+ADVICE = ("keep shapes fixed from step to step: DataLoader(drop_last=True), pad sequences "
+          "to a few fixed lengths")
+SHOWN = 4  # shapes named in a finding's detail
+
+
+def findings(recording, context: Context) -> List[Finding]:
+    by_site = {}
+    for (name, site), per_step in recording.shapes.items():
+        if not _new_shape_after_first(per_step):
+            continue
+        seen = sorted({shape for shapes in per_step.values() for shape in shapes}, key=str)
+        entry = by_site.setdefault(site, (name, seen))
+        if len(seen) > len(entry[1]):
+            by_site[site] = (name, seen)
+    out = []
+    for site, (name, seen) in by_site.items():
+        calls = recording.ops[(name, site)]
+        shapes = ", ".join(_varying(shape, seen) for shape in seen[:SHOWN])
+        more = f" and {len(seen) - SHOWN} more" if len(seen) > SHOWN else ""
+        out.append(Finding(KIND, name, site[0], site[1], list(calls.stack), len(seen),
+                           f"{name} saw {len(seen)} input shapes across steps: {shapes}{more}"))
+    return out
+
+
+def _new_shape_after_first(per_step) -> bool:
+    """Whether a step after the first this line ran in brings a shape not seen before (a
+    first step may run more, such as an optimizer creating its state: that compiles once)."""
+    periods = [per_step[step] for step in sorted(per_step)]
+    known = set(periods[0])
+    for shapes in periods[1:]:
+        if not shapes <= known:
+            return True
+        known |= shapes
+    return False
+
+
+def _varying(shape, seen):
+    """The input shapes of one call that differ between the calls `seen`, as "[4, 16]"."""
+    varying = [i for i in range(len(shape)) if len({other[i] if i < len(other) else None
+                                                     for other in seen}) > 1]
+    return " x ".join(str(list(shape[i])) for i in varying or range(len(shape))) or "()"

@@ -1,0 +1,14 @@
+"""`float64`: tensors created or computed on in double precision, which the NPU's compute
+cores do not run (torch_npu computes them slowly or casts them)."""
+
+from typing import List
+
+from devicekit.preflight.checks import Context, Finding, from_table
+
+KIND = "float64"
+ADVICE = ("create and compute in float32 (a float64 numpy array becomes a float64 tensor: "
+          "torch.from_numpy(a).float(), or torch.tensor(..., dtype=torch.float32))")
+
+
+def findings(recording, context: Context) -> List[Finding]:
+    return from_table(KIND, recording.float64, lambda op, calls: f"{op} on float64 tensors")

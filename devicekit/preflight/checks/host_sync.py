@@ -1,0 +1,23 @@
+"""`host-sync`: reading a tensor's value on the host (`.item()`, `.tolist()`, printing a
+tensor) inside the step: on an NPU each read waits for all queued device work."""
+
+from typing import List
+
+from devicekit.preflight.checks import Context, Finding
+
+KIND = "host-sync"
+ADVICE = ("keep values on the device inside the step (accumulate a tensor, read it every N "
+          "steps or after the epoch)")
+
+
+def findings(recording, context: Context) -> List[Finding]:
+    steps = max(recording.steps, 1)
+    out = []
+    for (what, site), calls in recording.host_reads.items():
+        in_steps = len(calls.steps)
+        if recording.steps >= 2 and in_steps < 2:
+            continue  # once, before or after the training loop: not per step
+        out.append(Finding(KIND, what, site[0], site[1], list(calls.stack), calls.count,
+                           f"{what}: {calls.count} reads in {in_steps} of {steps + 1} step "
+                           f"periods ({calls.count / steps:.1f} per step)"))
+    return out

@@ -1,0 +1,132 @@
+"""`devicekit preflight [options] SCRIPT [ARGS...]` (or `-m MODULE`): run a training script
+on this machine, record what it dispatches, and report what it will hit on an Ascend NPU.
+
+Exit code: the script's own when it failed (1 when it raised), else 1 with --strict when
+something would fail or fall back to the CPU on the NPU, else 0. Usage mistakes: one line,
+exit code 2.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import List
+
+from devicekit.errors import UsageError
+from devicekit.preflight import npu_ops, report
+from devicekit.preflight.checks import Context, all_checks
+from devicekit.preflight.recording import Recording
+from devicekit.preflight.runner import run
+
+STRICT_KINDS = ("cpu-fallback", "cuda-only")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devicekit preflight",
+        description="Run a training script here and report what it will hit on an Ascend NPU.")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="stop the script after N optimizer steps (default: let it finish)")
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when anything would fail or fall back to the CPU on the NPU")
+    lists = parser.add_mutually_exclusive_group()
+    lists.add_argument("--torch-npu", metavar="VERSION",
+                       help=f"the torch_npu release to check against (shipped: "
+                            f"{npu_ops.TORCH_NPU_VERSION})")
+    lists.add_argument("--ops", metavar="FILE",
+                       help="check against another release: its wheel, or the "
+                            "npu_native_functions_by_codegen.yaml from it")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script")
+    parser.add_argument("script", nargs="?", help="the training script")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return parser
+
+
+def _operator_list(args):
+    """(the set of listed operators, the release it describes)."""
+    if args.torch_npu not in (None, npu_ops.TORCH_NPU_VERSION):
+        raise UsageError(f"--torch-npu {args.torch_npu}: devicekit ships the list of "
+                         f"{npu_ops.TORCH_NPU_VERSION} only; for another release pass "
+                         "--ops FILE with its wheel or its npu_native_functions_by_codegen.yaml")
+    if args.ops is None:
+        return npu_ops.load(), npu_ops.TORCH_NPU_VERSION
+    path = Path(args.ops)
+    if not path.is_file():
+        raise UsageError(f"--ops {args.ops!r} does not exist: pass a torch_npu wheel or its "
+                         "npu_native_functions_by_codegen.yaml")
+    try:
+        if path.suffix == ".whl":
+            return npu_ops.from_wheel(path), path.name
+        return npu_ops.from_yaml(path.read_text(encoding="utf-8")), path.name
+    except Exception as error:  # any unreadable file: zip, yaml or encoding errors alike
+        raise UsageError(f"--ops {args.ops!r} is not a torch_npu wheel or operator yaml "
+                         f"({type(error).__name__}: {error}): pass the file from the release "
+                         "you target") from None
+
+
+def _check_arguments(args):
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps {args.steps} must be at least 1")
+    if args.module is not None and args.script is not None:
+        args.args = [args.script, *args.args]
+        args.script = None
+    if args.module is None and args.script is None:
+        raise UsageError("preflight needs a script: devicekit preflight [options] SCRIPT "
+                         "[ARGS...] (or -m MODULE [ARGS...])")
+    if args.script is not None and not os.path.isfile(args.script):
+        raise UsageError(f"script {args.script!r} does not exist: check the path")
+    if args.json is not None:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise UsageError(f"--json {args.json!r}: folder {folder!r} does not exist or is "
+                             "not writable: choose another path")
+
+
+def _write_json(path: str, data) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".preflight.", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(data, stream, indent=2)
+            stream.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def main(argv: List[str]) -> int:
+    args = _parser().parse_args(argv)
+    _check_arguments(args)
+    ops, release = _operator_list(args)
+    recording = Recording()
+    target = args.module or args.script
+    outcome = run(target, args.args, args.module is not None, recording, args.steps)
+    scripts = sorted(f for f in recording.files if os.path.isfile(f)
+                     and not f.startswith(sys.prefix)) or ([args.script] if args.script else [])
+    context = Context(npu_ops=ops, torch_npu=release, scripts=scripts)
+    checks = all_checks()
+    findings = [finding for check in checks
+                for finding in sorted(check.findings(recording, context),
+                                      key=lambda f: (-f.count, f.file, f.line))]
+    state = outcome.state if outcome.state != "raised" else f"raised at {outcome.where}"
+    sys.stdout.flush()
+    print(report.text(findings, checks, release, recording.steps, state), flush=True)
+    if args.json:
+        _write_json(args.json, report.to_json(findings, release, recording.steps))
+    if recording.steps == 0 and outcome.state != "raised":
+        print(f"devicekit preflight: note: {target} made no optimizer step, so nothing is "
+              "known per step; the findings cover what it ran", file=sys.stderr)
+    elif args.steps is not None and outcome.state != "stopped" and outcome.exit_code == 0:
+        print(f"devicekit preflight: note: {target} ended after {recording.steps} optimizer "
+              f"step(s), before --steps {args.steps}", file=sys.stderr)
+    if outcome.state == "raised":
+        print(f"devicekit preflight: {target} raised {type(outcome.error).__name__} at "
+              f"{outcome.where}; the report covers what ran before", file=sys.stderr)
+        return 1
+    if outcome.exit_code:
+        return outcome.exit_code
+    return 1 if args.strict and any(f.kind in STRICT_KINDS for f in findings) else 0

@@ -1,0 +1,252 @@
+"""What a script dispatched, recorded while it runs: every operator with the user's line
+that called it, per optimizer step.
+
+The recorder is a TorchDispatchMode, so it sees operators after autograd and after
+torch's CompositeImplicitAutograd decompositions, as a device backend receives them, and
+it leaves nn.TransformerEncoder's fast path alone (a TorchFunctionMode would switch it off).
+"""
+
+import collections
+import dataclasses
+import os
+import sys
+import sysconfig
+from typing import Dict, List, Optional, Set, Tuple
+
+import torch
+import torch.optim.optimizer as optimizer_module
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+import devicekit
+
+# Frames in these folders are not the user's: a finding names the innermost frame outside.
+_NOT_USER = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, devicekit)) + (
+    sysconfig.get_paths()["stdlib"] + os.sep, "<frozen ")
+# torch code whose tensors have the parameters' shapes and stay put on the host where
+# torch keeps them (optimizer step counts): not the user's shapes, nor a sync of theirs.
+_PARAMETER_CODE = tuple(os.path.join(os.path.dirname(torch.__file__), *part) + os.sep
+                        for part in (("optim",), ("nn", "parallel"), ("nn", "utils"),
+                                     ("distributed",)))
+STACK_DEPTH = 8
+SHAPES_KEPT = 12  # distinct shapes kept per line and operator
+
+Site = Tuple[str, int]  # (file, line)
+
+
+class StopRecording(BaseException):
+    """Raised after the step --steps asked for: stops the user's script wherever it is."""
+
+
+@dataclasses.dataclass
+class Calls:
+    """How often something happened at one site, and the user's frames the first time."""
+
+    count: int = 0
+    stack: Tuple[str, ...] = ()
+    steps: Set[int] = dataclasses.field(default_factory=set)
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Recording:
+    """Everything a run dispatched, keyed by (what, where)."""
+
+    steps: int = 0
+    ops: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    float64: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    data_dependent: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    host_reads: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    autocast: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    # (operator, site) -> step -> the input shapes seen in that step
+    shapes: Dict[Tuple[str, Site], Dict[int, Set[tuple]]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(dict))
+    files: Set[str] = dataclasses.field(default_factory=set)
+
+    def note(self, table, key, stack, detail=""):
+        calls = table.get(key)
+        if calls is None:
+            calls = table[key] = Calls(stack=stack, detail=detail)
+        calls.count += 1
+        calls.steps.add(self.steps)
+
+
+_user_code: Dict[object, bool] = {}
+
+
+def user_stack(frame) -> Tuple[str, ...]:
+    """The user's frames from `frame` outwards, as "file:line", innermost first."""
+    return _walk(frame)[0]
+
+
+def _walk(frame) -> Tuple[Tuple[str, ...], bool]:
+    """(the user's frames from `frame` outwards, whether the call came from torch code that
+    works on parameters, optimizer state or gradient buckets before reaching the user's)."""
+    stack = []
+    internal = False
+    while frame is not None and len(stack) < STACK_DEPTH:
+        code = frame.f_code
+        mine = _user_code.get(code)
+        if mine is None:
+            mine = _user_code[code] = not code.co_filename.startswith(_NOT_USER)
+        if mine:
+            stack.append(f"{code.co_filename}:{frame.f_lineno}")
+        elif not stack and code.co_filename.startswith(_PARAMETER_CODE):
+            internal = True
+        frame = frame.f_back
+    return tuple(stack), internal
+
+
+def site_of(stack: Tuple[str, ...]) -> Site:
+    if not stack:
+        return ("<unknown>", 0)
+    path, _, line = stack[0].rpartition(":")
+    return (path, int(line))
+
+
+def _tensors(values):
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _tensors(value)
+
+
+def _kept_on_host(tensor, internal, computed) -> bool:
+    """Whether reading `tensor`'s value reads a tensor that stays on the host on an NPU
+    too. Where tensors live on a device (the npu stand-in), a CPU tensor does. On the CPU,
+    one not computed from the model's parameters does (batches a data pipeline builds),
+    and so do torch.optim's step counts (read by torch's own code: `internal`)."""
+    if Recorder.device_seen:
+        return tensor.device.type == "cpu"
+    return internal or not (tensor.requires_grad or tensor.grad_fn is not None
+                            or tensor in computed)
+
+
+_DATA_DEPENDENT = {"aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
+                   "aten::unique_consecutive", "aten::_unique", "aten::repeat_interleave.Tensor",
+                   "aten::argwhere", "aten::nonzero_static"}
+_LOCAL_SCALAR = "aten::_local_scalar_dense"
+
+
+class Recorder(TorchDispatchMode):
+    """Records into `recording` while active; also counts optimizer steps and stops the
+    run after `max_steps` of them, notes host reads (`.tolist()`), and the device type of
+    every autocast region opened."""
+
+    device_seen = False  # a tensor off the CPU was dispatched (the npu stand-in)
+
+    def __init__(self, recording: Recording, max_steps: Optional[int] = None):
+        super().__init__()
+        self.recording = recording
+        self.max_steps = max_steps
+        self._autocast: List[Tuple[str, Tuple[str, ...]]] = []
+        self._computed = WeakIdKeyDictionary()  # tensors computed from parameters
+        self._in_backward = 0
+        self._undo: List = []
+
+    # -- the operators ----------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self._record(func, args, kwargs, out)
+        return out
+
+    def _record(self, func, args, kwargs, out):
+        rec = self.recording
+        name = func.name()
+        stack, internal = _walk(sys._getframe(2))
+        site = site_of(stack)
+        rec.files.update(entry.rpartition(":")[0] for entry in stack)
+        rec.note(rec.ops, (name, site), stack)
+        inputs = list(_tensors(list(args) + list(kwargs.values())))
+        if not Recorder.device_seen and any(t.device.type != "cpu" for t in inputs):
+            Recorder.device_seen = True
+        outputs = list(_tensors([out]))
+        if any(t.dtype == torch.float64 for t in inputs + outputs):
+            rec.note(rec.float64, (name, site), stack)
+        # Backward mirrors the forward, whose line has its shapes and data dependence
+        # already; optimizers and DDP's buckets have the parameters' shapes.
+        forward = not (self._in_backward or internal)
+        if forward and (name in _DATA_DEPENDENT or (name == "aten::index.Tensor" and any(
+                t.dtype == torch.bool for t in _tensors(args[1:2])))):
+            rec.note(rec.data_dependent, (name, site), stack)
+        if any(t.requires_grad or t.grad_fn is not None or t in self._computed
+               for t in inputs):
+            for t in outputs:
+                self._computed[t] = True
+        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], internal, self._computed):
+            rec.note(rec.host_reads, (".item()", site), stack)
+        elif name == "aten::_to_copy" and inputs and inputs[0].device.type != "cpu" and \
+                str(kwargs.get("device")) == "cpu":
+            rec.note(rec.host_reads, (".cpu()", site), stack)
+        if self._autocast and inputs:
+            wanted, opened = self._autocast[-1]
+            where = {t.device.type for t in inputs if t.dim() > 0} or {inputs[0].device.type}
+            if wanted not in where:
+                rec.note(rec.autocast, (f"{wanted}:{'/'.join(sorted(where))}", site_of(opened)),
+                         opened)
+        if forward:
+            seen = rec.shapes[(name, site)].setdefault(rec.steps, set())
+            if len(seen) < SHAPES_KEPT:
+                seen.add(tuple(tuple(t.shape) for t in inputs))
+
+    # -- steps, host reads, autocast regions ---------------------------------------------------
+    def _step_taken(self, *_):
+        self.recording.steps += 1
+        if self.max_steps is not None and self.recording.steps >= self.max_steps:
+            raise StopRecording()
+
+    def _patch(self, owner, name, make):
+        original = getattr(owner, name)
+        setattr(owner, name, make(original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def __enter__(self):
+        handle = optimizer_module.register_optimizer_step_post_hook(self._step_taken)
+        self._undo.append(handle.remove)
+        recorder = self
+
+        def tolist(original):
+            def wrapper(tensor, *args, **kwargs):
+                stack, internal = _walk(sys._getframe(1))
+                if not _kept_on_host(tensor, internal, recorder._computed):
+                    recorder.recording.note(recorder.recording.host_reads,
+                                            (".tolist()", site_of(stack)), stack)
+                return original(tensor, *args, **kwargs)
+            return wrapper
+
+        def enter(original):
+            def wrapper(region, *args, **kwargs):
+                recorder._autocast.append((region.device, user_stack(sys._getframe(1))))
+                return original(region, *args, **kwargs)
+            return wrapper
+
+        def exit_(original):
+            def wrapper(region, *args, **kwargs):
+                if recorder._autocast:
+                    recorder._autocast.pop()
+                return original(region, *args, **kwargs)
+            return wrapper
+
+        def backward(original):
+            def wrapper(*args, **kwargs):
+                recorder._in_backward += 1
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    recorder._in_backward -= 1
+            return wrapper
+
+        self._patch(torch.Tensor, "tolist", tolist)
+        self._patch(torch.autograd, "backward", backward)
+        self._patch(torch.amp.autocast_mode.autocast, "__enter__", enter)
+        self._patch(torch.amp.autocast_mode.autocast, "__exit__", exit_)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            while self._undo:
+                self._undo.pop()()

@@ -1,0 +1,83 @@
+"""Running the user's script as it is, in this process, as a world of one, recorded."""
+
+import os
+import runpy
+import sys
+import traceback
+from typing import List, Optional
+
+import torch.distributed as dist
+import torch.multiprocessing
+
+from devicekit.environments import ALL_VARIABLES
+from devicekit.preflight.recording import Recorder, Recording, StopRecording
+
+
+class Outcome:
+    """How the script ended: "finished", "stopped" (--steps reached), "exited N" or
+    "raised"; for "raised", the error and where the user's code raised it."""
+
+    def __init__(self, state: str, error: Optional[BaseException] = None,
+                 where: str = "", exit_code: int = 0):
+        self.state, self.error, self.where, self.exit_code = state, error, where, exit_code
+
+
+def _world_of_one():
+    """No launcher variables; devicekit.launch() and a script's own mp.spawn run one rank
+    here; init_process_group joins a group of one."""
+    for name in ALL_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ["DEVICEKIT_NPROC_PER_NODE"] = "1"
+    undo = []
+
+    def patch(owner, name, replacement):
+        original = getattr(owner, name)
+        setattr(owner, name, replacement)
+        undo.append(lambda: setattr(owner, name, original))
+
+    def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        fn(0, *args)
+
+    init = dist.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        timeout = kwargs.get("timeout")
+        extra = {} if timeout is None else {"timeout": timeout}
+        return init(backend="gloo", store=dist.HashStore(), rank=0, world_size=1, **extra)
+
+    patch(torch.multiprocessing, "spawn", spawn)
+    patch(dist, "init_process_group", init_process_group)
+    return lambda: [step() for step in reversed(undo)]
+
+
+def run(target: str, args: List[str], module: bool, recording: Recording,
+        max_steps: Optional[int]) -> Outcome:
+    """Run `target` (a script path, or a module name when `module`) with `args` as its
+    sys.argv[1:], recording into `recording`."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [target, *args]
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(target)))
+    restore = _world_of_one()
+    try:
+        with Recorder(recording, max_steps):
+            if module:
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+        return Outcome("finished")
+    except StopRecording:
+        return Outcome("stopped")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        return Outcome("finished" if code == 0 else f"exited {code}", exit_code=code)
+    except Exception as error:  # the user's script raised: report what ran before it
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith(os.path.dirname(__file__))]
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        return Outcome("raised", error, where, exit_code=1)
+    finally:
+        restore()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        sys.argv, sys.path[:] = saved_argv, saved_path

@@ -41,8 +41,27 @@ def _parser() -> argparse.ArgumentParser:
                             "npu_native_functions_by_codegen.yaml from it")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script")
     parser.add_argument("script", nargs="?", help="the training script")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    parser.add_argument("args", nargs="*", help="the script's own arguments")
     return parser
+
+
+_TAKES_VALUE = ("--steps", "--json", "--torch-npu", "--ops")
+
+
+def _split(argv: List[str]):
+    """(preflight's own arguments, the script's): everything after the script or after
+    `-m MODULE` belongs to the script, as with `python -m cProfile`."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m":
+            return argv[:i + 2], argv[i + 2:]
+        if token == "--":
+            return argv[:i + 2], argv[i + 2:]
+        if not token.startswith("-"):
+            return argv[:i + 1], argv[i + 1:]
+        i += 2 if token in _TAKES_VALUE else 1
+    return argv, []
 
 
 def _operator_list(args):
@@ -70,9 +89,6 @@ def _operator_list(args):
 def _check_arguments(args):
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps {args.steps} must be at least 1")
-    if args.module is not None and args.script is not None:
-        args.args = [args.script, *args.args]
-        args.script = None
     if args.module is None and args.script is None:
         raise UsageError("preflight needs a script: devicekit preflight [options] SCRIPT "
                          "[ARGS...] (or -m MODULE [ARGS...])")
@@ -98,8 +114,17 @@ def _write_json(path: str, data) -> None:
         raise
 
 
+def _in_order(check, recording, context):
+    found = check.findings(recording, context)
+    if getattr(check, "KEEP_ORDER", False):
+        return found
+    return sorted(found, key=lambda f: (-f.count, f.file, f.line))
+
+
 def main(argv: List[str]) -> int:
-    args = _parser().parse_args(argv)
+    own, script_args = _split(argv)
+    args = _parser().parse_args(own)
+    args.args = script_args
     _check_arguments(args)
     ops, release = _operator_list(args)
     recording = Recording()
@@ -109,9 +134,7 @@ def main(argv: List[str]) -> int:
                      and not f.startswith(sys.prefix)) or ([args.script] if args.script else [])
     context = Context(npu_ops=ops, torch_npu=release, scripts=scripts)
     checks = all_checks()
-    findings = [finding for check in checks
-                for finding in sorted(check.findings(recording, context),
-                                      key=lambda f: (-f.count, f.file, f.line))]
+    findings = [finding for check in checks for finding in _in_order(check, recording, context)]
     state = outcome.state if outcome.state != "raised" else f"raised at {outcome.where}"
     sys.stdout.flush()
     print(report.text(findings, checks, release, recording.steps, state), flush=True)

@@ -35,7 +35,8 @@ Site = Tuple[str, int]  # (file, line)
 
 
 class StopRecording(BaseException):
-    """Raised after the step --steps asked for: stops the user's script wherever it is."""
+    """Raised as the step after the last one --steps asked for begins: stops the user's
+    script there."""
 
 
 @dataclasses.dataclass
@@ -194,6 +195,10 @@ class Recorder(TorchDispatchMode):
     # -- steps, host reads, autocast regions ---------------------------------------------------
     def _step_taken(self, *_):
         self.recording.steps += 1
+
+    def _step_starts(self, *_):
+        # Stopped as the step after the last one begins: the step asked for completes
+        # with the rest of its iteration (logging, checkpoints).
         if self.max_steps is not None and self.recording.steps >= self.max_steps:
             raise StopRecording()
 
@@ -203,8 +208,9 @@ class Recorder(TorchDispatchMode):
         self._undo.append(lambda: setattr(owner, name, original))
 
     def __enter__(self):
-        handle = optimizer_module.register_optimizer_step_post_hook(self._step_taken)
-        self._undo.append(handle.remove)
+        for handle in (optimizer_module.register_optimizer_step_post_hook(self._step_taken),
+                       optimizer_module.register_optimizer_step_pre_hook(self._step_starts)):
+            self._undo.append(handle.remove)
         recorder = self
 
         def tolist(original):

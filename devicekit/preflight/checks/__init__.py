@@ -1,7 +1,8 @@
 """One checker per kind of finding; each reads a Recording and returns Findings.
 
 A checker is a module with KIND, ADVICE (one line: what to do) and `findings(recording,
-context)`. CHECKS lists them most costly first, the order the report keeps.
+context)`; its findings are shown most frequent first unless it sets KEEP_ORDER.
+all_checks() lists them most costly first, the order the report keeps.
 """
 
 import dataclasses

@@ -7,6 +7,7 @@ receives the operator before that choice (mapped back here); profiler bookkeepin
 compute; operators of other namespaces (c10d collectives, user extensions) are not aten's.
 """
 
+import functools
 from typing import List
 
 import torch
@@ -33,8 +34,8 @@ CPU_ONLY = {
     "aten::_slow_conv2d_forward": "aten::convolution",
     "aten::_slow_conv2d_backward.output_mask": "aten::convolution_backward",
 }
-_DECOMPOSED = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
-               "CompositeExplicitAutogradNonFunctional")
+# Kernels that serve every backend without one of its own by calling other operators.
+_DECOMPOSED = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
 
 
 def reaches_backend(name: str) -> bool:
@@ -42,17 +43,30 @@ def reaches_backend(name: str) -> bool:
     decomposes into."""
     if not name.startswith("aten::") or name.startswith("aten::_record_function"):
         return False
-    return not any(torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
-                   for key in _DECOMPOSED)
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if any(has(name, key) for key in _DECOMPOSED):
+        return False
+    # A structured operator's CompositeExplicitAutogradNonFunctional kernel calls its own
+    # out= overload, which the backend then needs; without a CPU kernel beside it, it is
+    # a decomposition (select_backward: zeros and a copy).
+    return not has(name, "CompositeExplicitAutogradNonFunctional") or has(name, "CPU")
+
+
+@functools.lru_cache(maxsize=4)
+def with_functional_twins(ops: frozenset) -> frozenset:
+    """`ops` and the functional overload of each out= one in it: a structured operator
+    listed as `add.out` serves `add.Tensor` too."""
+    twins = {npu_ops.functional_name(name) for name in ops if name.startswith("aten::")}
+    return ops | frozenset(name for name in twins if name)
 
 
 def findings(recording, context: Context) -> List[Finding]:
+    listed = with_functional_twins(context.npu_ops)
     out = []
     for (name, site), calls in recording.ops.items():
         if not reaches_backend(name):
             continue
-        name_on_npu = CPU_ONLY.get(name, name)
-        if npu_ops.is_listed(name_on_npu, context.npu_ops):
+        if npu_ops.is_listed(CPU_ONLY.get(name, name), listed):
             continue
         out.append(Finding(KIND, name, site[0], site[1], list(calls.stack), calls.count,
                            f"{name} is not implemented by torch_npu {context.torch_npu}"))

@@ -6,6 +6,7 @@ from typing import List
 from devicekit.preflight.checks import Context, Finding
 
 KIND = "dynamic-shape"
+KEEP_ORDER = True  # the order the lines first ran in: the first is where the change starts
 ADVICE = ("keep shapes fixed from step to step: DataLoader(drop_last=True), pad sequences "
           "to a few fixed lengths")
 SHOWN = 4  # shapes named in a finding's detail

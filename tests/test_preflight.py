@@ -1,0 +1,205 @@
+"""`devicekit preflight`: a user's script run here, recorded, and what it will hit on an
+Ascend NPU reported at the user's own lines.
+
+The scripts under tests/preflight_scripts mark the line of each hazard with `# <kind>`;
+every run is a real `python -m devicekit preflight` process with a timeout.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_environ
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests" / "preflight_scripts"
+TIMEOUT_S = 300
+KINDS = ("cpu-fallback", "float64", "dynamic-shape", "data-dependent-shape", "host-sync")
+
+
+def preflight(*args, cwd=SCRIPTS, **env):
+    """Run `python -m devicekit preflight ARGS` in `cwd`; the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
+                          cwd=cwd, env=clean_environ(OMP_NUM_THREADS=1, **env),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def marked(script, kind):
+    """The line of `script` marked `# <kind>`."""
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(number for number, text in enumerate(lines, 1) if f"# <{kind}>" in text)
+
+
+def report_of(tmp_path, *args, **env):
+    """(the JSON report, the CompletedProcess) of a preflight run with --json."""
+    path = tmp_path / "report.json"
+    result = preflight("--json", path, *args, **env)
+    return json.loads(path.read_text()), result
+
+
+def by_kind(report, kind):
+    return [finding for finding in report["findings"] if finding["kind"] == kind]
+
+
+def one_line_error(result):
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def hazards(tmp_path_factory):
+    return report_of(tmp_path_factory.mktemp("hazards"), "hazards.py", "--flag", "value")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_hazard_is_found_at_its_own_line(hazards, kind):
+    report, _ = hazards
+    found = by_kind(report, kind)
+    assert found, f"no {kind} finding: {report['findings']}"
+    lines = {finding["line"] for finding in found}
+    assert marked("hazards.py", kind) in lines, (kind, found)
+    for finding in found:
+        assert finding["file"] == "hazards.py"
+        assert finding["stack"][0] == f"hazards.py:{finding['line']}"
+        assert finding["count"] >= 1 and finding["detail"]
+
+
+def test_the_findings_name_the_operator_and_what_was_seen(hazards):
+    report, _ = hazards
+    assert report["torch_npu"] == "2.13.0" and report["steps"] == 3
+    fallback, = by_kind(report, "cpu-fallback")
+    assert fallback["op"] == "aten::_transformer_encoder_layer_fwd"
+    assert fallback["count"] == 6  # 2 layers x 3 steps
+    shapes = by_kind(report, "dynamic-shape")
+    assert shapes[0]["line"] == marked("hazards.py", "cpu-fallback"), "where the change starts"
+    pooled = next(f for f in shapes if f["line"] == marked("hazards.py", "dynamic-shape"))
+    assert "[2, 5, 16]" in pooled["detail"] and "[4, 5, 16]" in pooled["detail"], pooled
+    reads, = by_kind(report, "host-sync")
+    assert reads["count"] == 3 and "1.0 per step" in reads["detail"], reads
+    assert set(report) == {"torch_npu", "steps", "findings"}
+    assert set(report["findings"][0]) == {"kind", "op", "file", "line", "stack", "count",
+                                          "detail"}
+
+
+def test_the_scripts_own_output_passes_through_first(hazards):
+    _, result = hazards
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "hazards start ['--flag', 'value']", lines[:2]
+    assert [line for line in lines if line.startswith("loss ")] == lines[1:4]
+    assert lines[4].startswith("devicekit preflight: "), lines[4]
+    assert lines[4].endswith(" finding(s) in 5 kind(s), checked against torch_npu 2.13.0; 3 "
+                             "optimizer step(s) recorded (finished)"), lines[4]
+    text = result.stdout[result.stdout.index("devicekit preflight:"):]
+    order = [text.index(f"\n{kind} (") for kind in
+             ("cpu-fallback", "dynamic-shape", "host-sync", "data-dependent-shape", "float64")]
+    assert order == sorted(order), "kinds are reported most costly first"
+    assert text.count("  what to do: ") == 5
+
+
+def test_a_script_of_common_layers_has_no_finding(tmp_path):
+    """conv, batch norm, LSTM, SDPA, GELU, embedding, layer norm, AdamW and autocast."""
+    report, result = report_of(tmp_path, "--strict", "clean.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert report["findings"] == [] and report["steps"] == 3
+
+
+def test_strict_exits_1_when_something_falls_back(tmp_path):
+    _, result = report_of(tmp_path, "--strict", "hazards.py")
+    assert result.returncode == 1, result.stderr
+
+
+def test_steps_stops_the_script_after_that_many_optimizer_steps(tmp_path):
+    report, result = report_of(tmp_path, "--steps", "2", "hazards.py")
+    assert result.returncode == 0, result.stderr
+    assert report["steps"] == 2
+    assert sum(line.startswith("loss ") for line in result.stdout.splitlines()) == 2
+    assert "(stopped)" in result.stdout
+
+
+def test_autocast_for_another_device_and_cuda_only_calls(tmp_path):
+    report, result = report_of(tmp_path, "wrong_autocast.py")
+    assert result.returncode == 0, result.stderr
+    autocast, = by_kind(report, "autocast-device")
+    assert autocast["line"] == marked("wrong_autocast.py", "autocast-device")
+    assert 'autocast("cuda") around cpu tensors' in autocast["detail"], autocast
+    cuda = by_kind(report, "cuda-only")
+    assert marked("wrong_autocast.py", "cuda-only") in {f["line"] for f in cuda}, cuda
+
+
+def test_a_script_that_raises_is_named_and_the_findings_so_far_are_kept(tmp_path):
+    report, result = report_of(tmp_path, "raises.py")
+    assert result.returncode == 1
+    assert "ValueError: the data ran out" in result.stderr  # the script's own traceback
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (f"devicekit preflight: raises.py raised ValueError at raises.py:"
+                    f"{marked('raises.py', 'raise')}; the report covers what ran before"), last
+    assert report["steps"] == 2
+    assert marked("raises.py", "float64") in {f["line"] for f in by_kind(report, "float64")}
+
+
+def test_a_script_that_never_steps_gets_a_note(tmp_path):
+    report, result = report_of(tmp_path, "no_step.py")
+    assert result.returncode == 0, result.stderr
+    assert report["steps"] == 0
+    assert result.stderr.strip() == ("devicekit preflight: note: no_step.py made no optimizer "
+                                     "step, so nothing is known per step; the findings cover "
+                                     "what it ran")
+
+
+def test_a_script_that_starts_its_own_ranks_runs_as_a_world_of_one(tmp_path):
+    report, result = report_of(tmp_path, "spawns_ranks.py")
+    assert result.returncode == 0, result.stderr
+    assert "rank 0 of 1 done" in result.stdout
+    assert report["steps"] == 2
+
+
+def test_a_module_runs_with_its_arguments(tmp_path):
+    report, result = report_of(tmp_path, "-m", "hazards", "--flag", cwd=SCRIPTS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "hazards start ['--flag']"
+    assert report["steps"] == 3
+
+
+def test_another_releases_list_is_used(tmp_path):
+    ops = tmp_path / "npu_native_functions_by_codegen.yaml"
+    ops.write_text("supported:\n  - add.Tensor\ncustom: []\n")
+    report, result = report_of(tmp_path, "--ops", ops, "clean.py")
+    assert result.returncode == 0, result.stderr
+    missing = {f["op"] for f in by_kind(report, "cpu-fallback")}
+    assert "aten::addmm" in missing and "aten::add.Tensor" not in missing, missing
+    assert report["torch_npu"] == ops.name
+
+
+@pytest.mark.parametrize("args, says", [
+    (["missing.py"], "error: script 'missing.py' does not exist: check the path"),
+    (["--steps", "0", "hazards.py"], "error: --steps 0 must be at least 1"),
+    ([], "error: preflight needs a script: devicekit preflight [options] SCRIPT [ARGS...] "
+         "(or -m MODULE [ARGS...])"),
+    (["--torch-npu", "2.1.0", "hazards.py"], "error: --torch-npu 2.1.0: devicekit ships the "
+                                             "list of 2.13.0 only"),
+    (["--ops", "nowhere.yaml", "hazards.py"], "error: --ops 'nowhere.yaml' does not exist"),
+    (["--json", "no/such/dir/r.json", "hazards.py"], "error: --json 'no/such/dir/r.json': "
+                                                     "folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    line = one_line_error(preflight(*args))
+    assert line.startswith(says), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args", [
+    ("examples/spawn_config.py", []), ("examples/launch_local_rank.py", []),
+    ("examples/gpt_pretrain.py", ["--no-amp"]), ("examples/finetune_sampler.py", []),
+    ("main.py", ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32",
+                 "-b", "8", "-j", "0"])])
+def test_our_examples_and_the_demo_model_fall_back_nowhere(script, args, tmp_path):
+    report, result = report_of(tmp_path, "--steps", "3", REPO / script, *args, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert report["steps"] == 3
+    assert report["findings"] == [], report["findings"]

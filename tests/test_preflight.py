@@ -203,3 +203,15 @@ def test_our_examples_and_the_demo_model_fall_back_nowhere(script, args, tmp_pat
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert report["steps"] == 3
     assert report["findings"] == [], report["findings"]
+
+
+def test_on_the_npu_stand_in_every_read_back_to_the_host_is_seen(tmp_path):
+    """On the CPU `.cpu()` is no copy at all; on a device named npu it is one."""
+    on_cpu, _ = report_of(tmp_path, "on_device.py")
+    assert by_kind(on_cpu, "host-sync") == []
+    report, result = report_of(tmp_path, "--npu-stand-in", "on_device.py")
+    assert result.returncode == 0, result.stderr
+    assert "trained on npu:0" in result.stdout
+    sync, = by_kind(report, "host-sync")
+    assert (sync["op"], sync["line"], sync["count"]) == (
+        ".cpu()", marked("on_device.py", "host-sync"), 3), sync

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import List
 
+from devicekit import simulate
 from devicekit.errors import UsageError
 from devicekit.preflight import npu_ops, report
 from devicekit.preflight.checks import Context, all_checks
@@ -39,13 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     lists.add_argument("--ops", metavar="FILE",
                        help="check against another release: its wheel, or the "
                             "npu_native_functions_by_codegen.yaml from it")
+    parser.add_argument("--npu-stand-in", action="store_true",
+                        help="record on the npu stand-in (DEVICEKIT_SIMULATE=npu): a script "
+                             "on devicekit's API puts its tensors on a device named npu, and "
+                             "reads back to the host are seen exactly")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script")
     parser.add_argument("script", nargs="?", help="the training script")
     parser.add_argument("args", nargs="*", help="the script's own arguments")
     return parser
 
 
-_TAKES_VALUE = ("--steps", "--json", "--torch-npu", "--ops")
+_TAKES_VALUE = ("--steps", "--json", "--torch-npu", "--ops")  # the rest are flags
 
 
 def _split(argv: List[str]):
@@ -127,6 +132,9 @@ def main(argv: List[str]) -> int:
     args.args = script_args
     _check_arguments(args)
     ops, release = _operator_list(args)
+    if args.npu_stand_in:
+        simulate.activate(simulate.visible_count(os.environ))
+        os.environ["DEVICEKIT_DEVICE"] = "npu"
     recording = Recording()
     target = args.module or args.script
     outcome = run(target, args.args, args.module is not None, recording, args.steps)

@@ -35,6 +35,13 @@ CPU_ONLY = {
     "aten::_slow_conv2d_backward.output_mask": "aten::convolution_backward",
 }
 # Kernels that serve every backend without one of its own by calling other operators.
+# What to do instead, where one switch avoids the operator.
+HINTS = {
+    "aten::_transformer_encoder_layer_fwd": "nn.TransformerEncoder's inference fast path: "
+    "torch.backends.mha.set_fastpath_enabled(False) keeps it on listed operators",
+    "aten::_native_multi_head_attention": "nn.MultiheadAttention's inference fast path: "
+    "torch.backends.mha.set_fastpath_enabled(False) keeps it on listed operators",
+}
 _DECOMPOSED = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
 
 
@@ -69,5 +76,6 @@ def findings(recording, context: Context) -> List[Finding]:
         if npu_ops.is_listed(CPU_ONLY.get(name, name), listed):
             continue
         out.append(Finding(KIND, name, site[0], site[1], list(calls.stack), calls.count,
-                           f"{name} is not implemented by torch_npu {context.torch_npu}"))
+                           f"{name} is not implemented by torch_npu {context.torch_npu}"
+                           + (f" ({HINTS[name]})" if name in HINTS else "")))
     return out

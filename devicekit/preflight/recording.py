@@ -64,10 +64,11 @@ class Recording:
         default_factory=lambda: collections.defaultdict(dict))
     files: Set[str] = dataclasses.field(default_factory=set)
 
-    def note(self, table, key, stack, detail=""):
+    def note(self, table, key, where: "Where", detail=""):
         calls = table.get(key)
         if calls is None:
-            calls = table[key] = Calls(stack=stack, detail=detail)
+            calls = table[key] = Calls(stack=where.stack(), detail=detail)
+            self.files.update(entry.rpartition(":")[0] for entry in calls.stack)
         calls.count += 1
         calls.steps.add(self.steps)
 
@@ -75,34 +76,38 @@ class Recording:
 _user_code: Dict[object, bool] = {}
 
 
-def user_stack(frame) -> Tuple[str, ...]:
-    """The user's frames from `frame` outwards, as "file:line", innermost first."""
-    return _walk(frame)[0]
+def _is_user(code) -> bool:
+    mine = _user_code.get(code)
+    if mine is None:
+        mine = _user_code[code] = not code.co_filename.startswith(_NOT_USER)
+    return mine
 
 
-def _walk(frame) -> Tuple[Tuple[str, ...], bool]:
-    """(the user's frames from `frame` outwards, whether the call came from torch code that
-    works on parameters, optimizer state or gradient buckets before reaching the user's)."""
-    stack = []
-    internal = False
-    while frame is not None and len(stack) < STACK_DEPTH:
-        code = frame.f_code
-        mine = _user_code.get(code)
-        if mine is None:
-            mine = _user_code[code] = not code.co_filename.startswith(_NOT_USER)
-        if mine:
-            stack.append(f"{code.co_filename}:{frame.f_lineno}")
-        elif not stack and code.co_filename.startswith(_PARAMETER_CODE):
-            internal = True
-        frame = frame.f_back
-    return tuple(stack), internal
+class Where:
+    """The user's frame a call came from (its site), whether it came through torch code
+    that works on parameters, optimizer state or gradient buckets on the way (`internal`),
+    and the user's frames outwards, built only when a finding needs them."""
 
+    __slots__ = ("frame", "site", "internal")
 
-def site_of(stack: Tuple[str, ...]) -> Site:
-    if not stack:
-        return ("<unknown>", 0)
-    path, _, line = stack[0].rpartition(":")
-    return (path, int(line))
+    def __init__(self, frame):
+        internal = False
+        while frame is not None and not _is_user(frame.f_code):
+            if frame.f_code.co_filename.startswith(_PARAMETER_CODE):
+                internal = True
+            frame = frame.f_back
+        self.frame, self.internal = frame, internal
+        self.site: Site = (("<unknown>", 0) if frame is None
+                           else (frame.f_code.co_filename, frame.f_lineno))
+
+    def stack(self) -> Tuple[str, ...]:
+        """The user's frames as "file:line", innermost first (at most STACK_DEPTH)."""
+        stack, frame = [], self.frame
+        while frame is not None and len(stack) < STACK_DEPTH:
+            if _is_user(frame.f_code):
+                stack.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+            frame = frame.f_back
+        return tuple(stack)
 
 
 def _tensors(values):
@@ -141,7 +146,7 @@ class Recorder(TorchDispatchMode):
         super().__init__()
         self.recording = recording
         self.max_steps = max_steps
-        self._autocast: List[Tuple[str, Tuple[str, ...]]] = []
+        self._autocast: List[Tuple[str, Where]] = []
         self._computed = WeakIdKeyDictionary()  # tensors computed from parameters
         self._in_backward = 0
         self._undo: List = []
@@ -156,36 +161,41 @@ class Recorder(TorchDispatchMode):
     def _record(self, func, args, kwargs, out):
         rec = self.recording
         name = func.name()
-        stack, internal = _walk(sys._getframe(2))
-        site = site_of(stack)
-        rec.files.update(entry.rpartition(":")[0] for entry in stack)
-        rec.note(rec.ops, (name, site), stack)
-        inputs = list(_tensors(list(args) + list(kwargs.values())))
-        if not Recorder.device_seen and any(t.device.type != "cpu" for t in inputs):
+        where = Where(sys._getframe(2))
+        site = where.site
+        rec.note(rec.ops, (name, site), where)
+        inputs = list(_tensors(args))
+        if kwargs:
+            inputs += _tensors(kwargs.values())
+        outputs = list(_tensors((out,)))
+        float64 = computed = off_cpu = False
+        for t in inputs:
+            float64 = float64 or t.dtype == torch.float64
+            computed = computed or t.requires_grad or t.grad_fn is not None or t in self._computed
+            off_cpu = off_cpu or t.device.type != "cpu"
+        if off_cpu:
             Recorder.device_seen = True
-        outputs = list(_tensors([out]))
-        if any(t.dtype == torch.float64 for t in inputs + outputs):
-            rec.note(rec.float64, (name, site), stack)
-        # Backward mirrors the forward, whose line has its shapes and data dependence
-        # already; optimizers and DDP's buckets have the parameters' shapes.
-        forward = not (self._in_backward or internal)
-        if forward and (name in _DATA_DEPENDENT or (name == "aten::index.Tensor" and any(
-                t.dtype == torch.bool for t in _tensors(args[1:2])))):
-            rec.note(rec.data_dependent, (name, site), stack)
-        if any(t.requires_grad or t.grad_fn is not None or t in self._computed
-               for t in inputs):
+        if float64 or any(t.dtype == torch.float64 for t in outputs):
+            rec.note(rec.float64, (name, site), where)
+        if computed:
             for t in outputs:
                 self._computed[t] = True
-        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], internal, self._computed):
-            rec.note(rec.host_reads, (".item()", site), stack)
-        elif name == "aten::_to_copy" and inputs and inputs[0].device.type != "cpu" and \
-                str(kwargs.get("device")) == "cpu":
-            rec.note(rec.host_reads, (".cpu()", site), stack)
+        # Backward mirrors the forward, whose line has its shapes and data dependence
+        # already; optimizers and DDP's buckets have the parameters' shapes.
+        forward = not (self._in_backward or where.internal)
+        if forward and (name in _DATA_DEPENDENT or (name == "aten::index.Tensor" and any(
+                t.dtype == torch.bool for t in _tensors(args[1:2])))):
+            rec.note(rec.data_dependent, (name, site), where)
+        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal,
+                                                        self._computed):
+            rec.note(rec.host_reads, (".item()", site), where)
+        elif name == "aten::_to_copy" and off_cpu and str(kwargs.get("device")) == "cpu":
+            rec.note(rec.host_reads, (".cpu()", site), where)
         if self._autocast and inputs:
             wanted, opened = self._autocast[-1]
-            where = {t.device.type for t in inputs if t.dim() > 0} or {inputs[0].device.type}
-            if wanted not in where:
-                rec.note(rec.autocast, (f"{wanted}:{'/'.join(sorted(where))}", site_of(opened)),
+            devices = {t.device.type for t in inputs if t.dim() > 0} or {inputs[0].device.type}
+            if wanted not in devices:
+                rec.note(rec.autocast, (f"{wanted}:{'/'.join(sorted(devices))}", opened.site),
                          opened)
         if forward:
             seen = rec.shapes[(name, site)].setdefault(rec.steps, set())
@@ -215,16 +225,16 @@ class Recorder(TorchDispatchMode):
 
         def tolist(original):
             def wrapper(tensor, *args, **kwargs):
-                stack, internal = _walk(sys._getframe(1))
-                if not _kept_on_host(tensor, internal, recorder._computed):
+                where = Where(sys._getframe(1))
+                if not _kept_on_host(tensor, where.internal, recorder._computed):
                     recorder.recording.note(recorder.recording.host_reads,
-                                            (".tolist()", site_of(stack)), stack)
+                                            (".tolist()", where.site), where)
                 return original(tensor, *args, **kwargs)
             return wrapper
 
         def enter(original):
             def wrapper(region, *args, **kwargs):
-                recorder._autocast.append((region.device, user_stack(sys._getframe(1))))
+                recorder._autocast.append((region.device, Where(sys._getframe(1))))
                 return original(region, *args, **kwargs)
             return wrapper
 

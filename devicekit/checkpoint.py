@@ -55,9 +55,10 @@ def save_checkpoint(path: Union[str, os.PathLike], obj: Any):
     file is always the old or the new checkpoint, never half of one.
 
     Modules in `obj` are unwrapped and saved as their state_dict without `module.`
-    prefixes, every tensor on the CPU, so the file loads into a plain model on any device; optimizers, schedulers
-    and scalers are saved as their state_dict. Safe to call on every rank or only on
-    rank 0; to read it back on other ranks, call devicekit.barrier() first.
+    prefixes, every tensor on the CPU, so the file loads into a plain model on any
+    device; optimizers, schedulers and scalers are saved as their state_dict. Safe to call
+    on every rank or only on rank 0; to read it back on other ranks, call
+    devicekit.barrier() first.
     """
     if runtime.context().rank == 0:
         save_atomic(portable(obj), os.fspath(path))

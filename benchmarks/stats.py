@@ -18,3 +18,18 @@ def median_interval(values):
     while k < (n + 1) // 2 and confidence(k + 1) >= CONFIDENCE:
         k += 1
     return ordered[k - 1], ordered[n - k], confidence(k)
+
+
+def alternate_blocks(numerator, denominator, pairs, block_steps, warmup):
+    """Time two sides of a comparison in the same process: `numerator(n)` and
+    `denominator(n)` each run n steps and return a block's figure (seconds a step). After
+    `warmup` steps of each, `pairs` pairs of blocks of `block_steps`, the order reversed
+    every other pair. Returns (numerator figures, denominator figures, paired ratios)."""
+    numerator(warmup)
+    denominator(warmup)
+    top, bottom = [], []
+    for index in range(pairs):
+        order = ((numerator, top), (denominator, bottom))
+        for side, figures in (order if index % 2 == 0 else order[::-1]):
+            figures.append(side(block_steps))
+    return top, bottom, [t / b for t, b in zip(top, bottom)]

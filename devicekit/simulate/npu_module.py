@@ -14,7 +14,6 @@ import torch
 DEVICE_NAME = "Ascend910B4 (devicekit stand-in on the host CPU)"
 
 _native = None  # the compiled extension, set by devicekit.simulate.activate()
-_compile_mode = {"jit_compile": None}
 
 
 def _index(device, optional=False) -> int:
@@ -77,7 +76,7 @@ def is_bf16_supported(including_emulation: bool = False):
 
 
 def set_compile_mode(jit_compile=False):
-    _compile_mode["jit_compile"] = bool(jit_compile)
+    pass  # the kernels are the CPU's: there is nothing to compile
 
 
 def get_amp_supported_dtype():

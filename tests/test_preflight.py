@@ -215,3 +215,11 @@ def test_on_the_npu_stand_in_every_read_back_to_the_host_is_seen(tmp_path):
     sync, = by_kind(report, "host-sync")
     assert (sync["op"], sync["line"], sync["count"]) == (
         ".cpu()", marked("on_device.py", "host-sync"), 3), sync
+
+
+def test_ctrl_c_stops_the_script_and_still_reports(tmp_path):
+    report, result = report_of(tmp_path, "interrupted.py")
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert report["steps"] == 3
+    assert "3 optimizer step(s) recorded (interrupted)" in result.stdout

@@ -14,8 +14,9 @@ from devicekit.preflight.recording import Recorder, Recording, StopRecording
 
 
 class Outcome:
-    """How the script ended: "finished", "stopped" (--steps reached), "exited N" or
-    "raised"; for "raised", the error and where the user's code raised it."""
+    """How the script ended: "finished", "stopped" (--steps reached), "interrupted"
+    (Ctrl-C), "exited N" or "raised"; for "raised", the error and where the user's code
+    raised it."""
 
     def __init__(self, state: str, error: Optional[BaseException] = None,
                  where: str = "", exit_code: int = 0):
@@ -67,6 +68,8 @@ def run(target: str, args: List[str], module: bool, recording: Recording,
         return Outcome("finished")
     except StopRecording:
         return Outcome("stopped")
+    except KeyboardInterrupt:  # Ctrl-C: the report of what ran so far, then 130 as a shell has it
+        return Outcome("interrupted", exit_code=130)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         return Outcome("finished" if code == 0 else f"exited {code}", exit_code=code)

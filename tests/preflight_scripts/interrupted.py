@@ -1,0 +1,14 @@
+"""Interrupted (SIGINT, as Ctrl-C sends it) after its third step."""
+
+import os
+import signal
+
+import torch
+
+weight = torch.zeros(2, requires_grad=True)
+optimizer = torch.optim.SGD([weight], lr=0.1)
+for step in range(5):
+    (weight - 1).pow(2).sum().backward()
+    optimizer.step()
+    if step == 2:
+        os.kill(os.getpid(), signal.SIGINT)

@@ -40,7 +40,7 @@ from torch import nn
 
 from machine import cpu_and_versions
 from run import ROOT, cores
-from stats import alternate_blocks, median_interval
+from stats import alternate_blocks, median_interval, step_timer
 
 ISSUE_WORDS = "the recording slows a step by a small factor (measured: 1.5-4x on small models)"
 
@@ -94,20 +94,14 @@ def step_ratio(build, pairs, block_steps, warmup):
     torch.manual_seed(0)
     model, optimizer, loss_of, batches = build()
     model.train()
-    done = [0]
 
-    def steps(count):
-        times = []
-        for _ in range(count):
-            batch = batches[done[0] % len(batches)]
-            start = time.perf_counter()
-            loss = loss_of(*batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            times.append(time.perf_counter() - start)
-            done[0] += 1
-        return statistics.median(times)
+    def step(*batch):
+        loss = loss_of(*batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    steps = step_timer(step, batches)
 
     def recorded(count):
         recording = Recording()

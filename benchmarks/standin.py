@@ -44,7 +44,7 @@ import torch
 
 from machine import cpu_and_versions
 from run import PY, ROOT, cores, environ, run
-from stats import CONFIDENCE, alternate_blocks, median_interval
+from stats import CONFIDENCE, alternate_blocks, median_interval, step_timer
 
 IMPORT = [PY, "-c", "import devicekit"]
 STARTUP_GOAL_S = 1.0
@@ -125,23 +125,16 @@ def step_ratio(pairs, block_steps, amp, foreach=None):
         optimizer = torch.optim.SGD(net.parameters(), 0.01, momentum=0.9, weight_decay=1e-4,
                                     foreach=foreach)
         criterion = torch.nn.CrossEntropyLoss()
-        done = [0]
 
-        def block(steps):
-            times = []
-            for _ in range(steps):
-                images, labels = batches[done[0] % len(batches)]
-                start = time.perf_counter()
-                images, labels = images.to(device), labels.to(device)
-                with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
-                    loss = criterion(net(images), labels)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                times.append(time.perf_counter() - start)
-                done[0] += 1
-            return statistics.median(times)
-        return block
+        def step(images, labels):
+            images, labels = images.to(device), labels.to(device)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+                loss = criterion(net(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        return step_timer(step, batches)
 
     npu_s, cpu_s, ratios = alternate_blocks(side("npu"), side("cpu"), pairs, block_steps,
                                             WARMUP_STEPS)

@@ -1,6 +1,8 @@
 """The interval every benchmark here reports for a median, shared by run.py and loader.py."""
 
 import math
+import statistics
+import time
 
 CONFIDENCE = 0.95
 
@@ -33,3 +35,21 @@ def alternate_blocks(numerator, denominator, pairs, block_steps, warmup):
         for side, figures in (order if index % 2 == 0 else order[::-1]):
             figures.append(side(block_steps))
     return top, bottom, [t / b for t, b in zip(top, bottom)]
+
+
+def step_timer(step, batches):
+    """A block for alternate_blocks: `block(n)` runs `step(*batch)` n times, cycling through
+    `batches` where the last block left off, and returns the median seconds of a step."""
+    done = [0]
+
+    def block(count):
+        times = []
+        for _ in range(count):
+            batch = batches[done[0] % len(batches)]
+            start = time.perf_counter()
+            step(*batch)
+            times.append(time.perf_counter() - start)
+            done[0] += 1
+        return statistics.median(times)
+
+    return block

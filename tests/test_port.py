@@ -7,7 +7,9 @@ styles people write) with the command, then run the ported copies unchanged on t
 """
 
 import ast
+import inspect
 import json
+import pkgutil
 import re
 import socket
 import subprocess
@@ -18,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, clean_environ
-from devicekit.port import port_source
+from devicekit.port import _plugins, port_source
 from devicekit.port.cli import main
+from devicekit.port.transformer import PortTransformer
 from processes import Processes, describe
 
 CORPUS = Path(__file__).resolve().parent / "port_corpus"
@@ -176,6 +179,33 @@ def test_rewrite(rule, before, after):
     assert ported(before + "\n") == after + "\n"
     again, report = port_source((PORTED_HEADER + after + "\n").encode())
     assert report.changes == [] and again.decode() == PORTED_HEADER + after + "\n"
+
+
+def test_each_plugin_registers_rules_and_names_their_ids():
+    """One module per idiom in _plugins/: each registers a rule the transformer reaches,
+    its docstring names every rule id it reports, and the call rules keep their order
+    (the first one that matches a call gets it)."""
+    rules = [rule for kind in _plugins.LEAVE_RULES.values() for rule in kind]
+    rules += [rule for _, rule in _plugins.CALL_RULES] + [
+        rule for _, rule in _plugins.KEYWORD_RULES.values()]
+    rules += _plugins.UNPORTED_CALL_RULES + _plugins.REFERENCE_RULES
+    files = {f"{_plugins.__name__}.{m.name}" for m in pkgutil.iter_modules(_plugins.__path__)}
+    assert {rule.__module__ for rule in rules} == files == {m.__name__ for m in _plugins.PLUGINS}
+    assert all(getattr(PortTransformer, f"leave_{node_type.__name__}") is PortTransformer._leave
+               for node_type in _plugins.LEAVE_RULES)
+    for module in _plugins.PLUGINS:
+        ids = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            calls = [node] if isinstance(node, ast.Call) and \
+                getattr(node.func, "attr", None) == "changed" else []
+            calls += [d for d in getattr(node, "decorator_list", [])
+                      if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "keyword"]
+            ids.update(call.args[1].value for call in calls)
+        assert all(f"`{rule}`" in module.__doc__ for rule in ids), (module.__name__, ids)
+    assert [rule.__name__ for _, rule in _plugins.CALL_RULES] == [
+        "cuda_method", "to_device", "pin_memory_method", "local_rank_alias", "torch_device",
+        "first_arg_device", "autocast", "grad_scaler", "init_process_group", "ddp_device_ids",
+        "spawn_launch", "destroy_process_group", "torch_cuda_call"]
 
 
 UNCHANGED = [

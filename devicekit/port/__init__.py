@@ -6,7 +6,10 @@ stay byte-for-byte the same. `port_source(bytes)` ports one file's source in mem
 
 - names.py: what maps onto devicekit, what is reported for a manual change, what is kept
 - facts.py: a first pass (which names hold ranks, which device counts size an mp.spawn)
-- rules.py: the rewrites; imports.py: `import devicekit` added, orphaned imports removed
+- transformer.py: the pass that offers each node to the rewrites and records what they did
+- _plugins/: the rewrites, one module per idiom (`cuda_method.py`: rule `cuda-method`),
+  and their registry
+- imports.py: `import devicekit` added, orphaned imports removed
 - engine.py: parse, port, report one file; report.py: JSON and human summaries
 """
 

@@ -9,7 +9,7 @@ from libcst.metadata import MetadataWrapper
 from devicekit.port.facts import Facts
 from devicekit.port.imports import add_devicekit, drop_unused, import_uses
 from devicekit.port.report import FileReport
-from devicekit.port.rules import PortTransformer
+from devicekit.port.transformer import PortTransformer
 
 
 class ParseFailure(Exception):

@@ -1,0 +1,85 @@
+"""The rewrites of `devicekit port`, one module per idiom, and the registry they join.
+
+A module is named for the idiom it ports (`cuda_method.py`: `x.cuda()`, rule
+`cuda-method`) and its docstring names the rule ids it reports. Its functions receive the
+transformer (`port`: helpers and bookkeeping, see transformer.py) and register with:
+
+- `@leave(NodeType)`: (port, original, updated) for each such node; the replacement, or
+  None to leave the node to the next rule.
+- `@call(when)`: (port, original, updated, qualified) for a call for which
+  `when(port, qualified, method)` holds (`method`: the name after the call's last dot, or
+  None). Only the first call rule that matches a call is tried; when it returns None, the
+  call is handled as one no rule rewrote.
+- `@unported_call`: (port, original, qualified) for each call no call rule rewrote.
+- `@keyword(name, rule)`: (port, original, updated, arg, qualified, method) for an argument
+  `name=...` of a call no call rule rewrote (or of one a call rule hands to
+  `port.keywords`); the call with it ported, or None. The change is reported as `rule`.
+- `@reference`: (port, original, updated, name) for a Name or Attribute at the end of its
+  attribute chain, once per qualified name it may refer to; the replacement, or None.
+
+Rules of one kind are tried in the order of PLUGINS, which imports them: the call rules
+in that order (first match wins), `master_env_setdefault` before `device_string` (both
+rewrite assignments), and `manual` last, since it reports what no rule before it ported.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+Rule = TypeVar("Rule", bound=Callable)
+CallMatcher = Callable[["PortTransformer", Set[str], Optional[str]], bool]
+
+LEAVE_RULES: Dict[Type[cst.CSTNode], List[Callable]] = {}
+CALL_RULES: List[Tuple[CallMatcher, Callable]] = []
+UNPORTED_CALL_RULES: List[Callable] = []
+KEYWORD_RULES: Dict[str, Tuple[str, Callable]] = {}
+REFERENCE_RULES: List[Callable] = []
+
+
+def leave(node_type: Type[cst.CSTNode]) -> Callable[[Rule], Rule]:
+    """Register a rewrite of `node_type` nodes."""
+    def register(rule: Rule) -> Rule:
+        LEAVE_RULES.setdefault(node_type, []).append(rule)
+        return rule
+    return register
+
+
+def call(when: CallMatcher) -> Callable[[Rule], Rule]:
+    """Register a rewrite of the calls `when` matches."""
+    def register(rule: Rule) -> Rule:
+        CALL_RULES.append((when, rule))
+        return rule
+    return register
+
+
+def unported_call(rule: Rule) -> Rule:
+    """Register a check of every call no call rule rewrote."""
+    UNPORTED_CALL_RULES.append(rule)
+    return rule
+
+
+def keyword(name: str, rule_id: str) -> Callable[[Rule], Rule]:
+    """Register the rewrite of keyword argument `name=`, reported as `rule_id`."""
+    def register(rule: Rule) -> Rule:
+        KEYWORD_RULES[name] = (rule_id, rule)
+        return rule
+    return register
+
+
+def reference(rule: Rule) -> Rule:
+    """Register a rewrite of (or a check on) a name at the end of its attribute chain."""
+    REFERENCE_RULES.append(rule)
+    return rule
+
+
+# Importing a plugin registers its rules, in this order (see above).
+PLUGINS = [importlib.import_module(f"{__name__}.{name}") for name in (
+    "cuda_method", "to_device", "pin_memory", "local_rank_alias", "torch_device",
+    "device_argument", "autocast", "grad_scaler", "init_process_group", "ddp_device_ids",
+    "spawn_launch", "destroy_process_group", "torch_cuda_api", "out_of_memory_error",
+    "map_location", "backend", "argparse_default", "master_env_setdefault", "device_string",
+    "harmless", "manual")]

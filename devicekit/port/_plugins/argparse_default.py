@@ -1,0 +1,22 @@
+"""Rule `argparse-default`: `parser.add_argument(..., default="nccl")` ->
+`default=devicekit.backend()`, and `default="cuda"` -> `default=devicekit.device_type()`:
+the option's default is the device's own, and still a string."""
+
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+
+from devicekit.port._plugins import keyword
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+@keyword("default", "argparse-default")
+def argparse_default(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                     arg: cst.Arg, qualified: Set[str], method: Optional[str]
+                     ) -> Optional[cst.Call]:
+    """add_argument(..., default="nccl") -> add_argument(..., default=devicekit.backend())."""
+    if method != "add_argument":
+        return None
+    return port.port_arg(original, updated, arg, "string")

@@ -1,0 +1,37 @@
+"""Rule `grad-scaler`: `torch.cuda.amp.GradScaler(...)`, `torch.amp.GradScaler("cuda", ...)`
+-> `devicekit.GradScaler(enabled=True, ...)`: a real scaler on a GPU, as before. Arguments
+that cannot be read are reported for a manual change; a scaler for another device is left
+alone."""
+
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+
+from devicekit.port import names
+from devicekit.port._plugins import call
+from devicekit.port.nodes import bound_args, devicekit_call, keyword, parse_device_string
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+@call(lambda port, qualified, method: bool(
+    qualified & (names.CUDA_GRAD_SCALER | names.DEVICE_GRAD_SCALER)))
+def grad_scaler(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                qualified: Set[str]) -> Optional[cst.Call]:
+    """torch.cuda.amp.GradScaler(...), torch.amp.GradScaler("cuda", ...) ->
+    devicekit.GradScaler(enabled=True, ...)."""
+    cuda_only = bool(qualified & names.CUDA_GRAD_SCALER)
+    params = names.CUDA_GRAD_SCALER_PARAMS if cuda_only else names.DEVICE_GRAD_SCALER_PARAMS
+    bound = bound_args(updated, params)
+    if len(bound) != len(updated.args):
+        port.report(original, names.REASONS["grad-scaler-args"])
+        return updated
+    device = bound.pop("device", None)
+    if device is not None and parse_device_string(device.value) is not None:
+        return None
+    enabled = bound["enabled"].value if "enabled" in bound else cst.Name("True")
+    args = [keyword("enabled", enabled)]
+    args += [keyword(name, bound[name].value) for name in params
+             if name in bound and name != "enabled"]
+    return port.changed(original, "grad-scaler", devicekit_call("GradScaler", *args))

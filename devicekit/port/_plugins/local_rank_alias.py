@@ -1,0 +1,31 @@
+"""Rule `local-rank-alias`: `parser.add_argument("--local_rank", ...)` also accepts
+"--local-rank" (and the other way round): torch.distributed.launch passes one, older docs
+the other. Its keyword arguments are ported as well (see argparse_default)."""
+
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+
+from devicekit.port import names
+from devicekit.port._plugins import call
+from devicekit.port.nodes import string_value, with_arg_after
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+@call(lambda port, qualified, method: method == "add_argument")
+def local_rank_alias(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                     qualified: Set[str]) -> Optional[cst.Call]:
+    """parser.add_argument("--local_rank", ...) -> add_argument("--local_rank",
+    "--local-rank", ...), unless the script defines both already."""
+    flags = {string_value(a.value): a for a in updated.args if a.keyword is None}
+    present = [f for f in names.LOCAL_RANK_FLAGS if f in flags]
+    if len(present) != 1 or set(names.LOCAL_RANK_FLAGS) <= port.facts.flags:
+        return None
+    missing = next(f for f in names.LOCAL_RANK_FLAGS if f not in flags)
+    result, _ = port.keywords(original, updated, qualified, "add_argument")
+    anchor = next(a for a in result.args
+                  if a.keyword is None and string_value(a.value) == present[0])
+    alias = cst.Arg(cst.SimpleString(f"{anchor.value.quote}{missing}{anchor.value.quote}"))
+    return port.changed(original, "local-rank-alias", with_arg_after(result, anchor, alias))

@@ -1,0 +1,72 @@
+"""Reported for a manual change, and left alone: what has no portable equivalent
+(names.MANUAL: CUDA events, streams and graphs, NVTX, device properties, nn.DataParallel,
+C++/CUDA extensions, apex, cupy, triton, pynvml, ...) and any torch.cuda name no other
+rule ports. Imports of the CUDA-only packages and their decorators (`@triton.jit`) are
+reported too. Each item says why and what to do instead."""
+
+from typing import TYPE_CHECKING, Set, Union
+
+import libcst as cst
+
+from devicekit.port import names
+from devicekit.port._plugins import leave, reference, unported_call
+from devicekit.port.nodes import code
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+def _report_import(port: "PortTransformer", node: cst.CSTNode, module: str) -> None:
+    if module.split(".")[0] in names.MANUAL_IMPORTS:
+        port.report(node, names.manual_reason(module))
+
+
+@leave(cst.Import)
+def import_statement(port: "PortTransformer", original: cst.Import, updated: cst.Import
+                     ) -> None:
+    """`import cupy`, `import apex.amp`."""
+    for alias in original.names:
+        _report_import(port, original, code(alias.name))
+
+
+@leave(cst.ImportFrom)
+def import_from(port: "PortTransformer", original: cst.ImportFrom,
+                updated: cst.ImportFrom) -> None:
+    """`from apex import amp`."""
+    if original.module is not None and not original.relative:
+        _report_import(port, original, code(original.module))
+
+
+@leave(cst.Decorator)
+def decorator(port: "PortTransformer", original: cst.Decorator, updated: cst.Decorator
+              ) -> None:
+    """`@triton.jit`, `@triton.autotune(...)`."""
+    target = original.decorator
+    target = target.func if isinstance(target, cst.Call) else target
+    for name in port.qualified(target):
+        if name.split(".")[0] in names.MANUAL_IMPORTS:
+            port.report(original, names.manual_reason(name))
+
+
+@unported_call
+def manual_call(port: "PortTransformer", original: cst.Call, qualified: Set[str]) -> None:
+    """`torch.nn.DataParallel(model)`, `torch.utils.cpp_extension.load(...)`."""
+    for name in qualified:
+        reason = names.manual_reason(name)
+        if reason and not name.startswith("torch.cuda."):  # torch.cuda: torch_cuda below
+            port.report(original, reason)
+
+
+@reference
+def torch_cuda(port: "PortTransformer", original: Union[cst.Name, cst.Attribute],
+               updated: cst.BaseExpression, name: str) -> None:
+    """`torch.cuda.Event(...)`, `torch.cuda.get_device_name()`: the call, or the name
+    where it is not called. Registered last: what an earlier rule ported is not reported."""
+    if not name.startswith("torch.cuda."):
+        return
+    short = name[len("torch.cuda."):]
+    called = port.call_of(original)
+    if called is not None and (short in names.DEVICEKIT_FUNCTIONS or name in names.AUTOCAST
+                               or name in names.CUDA_GRAD_SCALER):
+        return  # the call rules port it with its arguments
+    port.report(original if called is None else called, names.manual_reason(name))

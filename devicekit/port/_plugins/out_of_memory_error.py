@@ -1,0 +1,25 @@
+"""Rule `out-of-memory-error`: `torch.cuda.OutOfMemoryError` -> `torch.OutOfMemoryError`,
+which every device raises. Spelled otherwise (imported under its own name, say), it is
+reported for a manual change (see manual)."""
+
+from typing import TYPE_CHECKING, Optional
+
+import libcst as cst
+import libcst.matchers as m
+
+from devicekit.port import names
+from devicekit.port._plugins import reference
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+@reference
+def out_of_memory_error(port: "PortTransformer", original: cst.BaseExpression,
+                        updated: cst.BaseExpression, name: str) -> Optional[cst.Attribute]:
+    """torch.cuda.OutOfMemoryError -> torch.OutOfMemoryError."""
+    if name != names.OUT_OF_MEMORY or not m.matches(
+            updated, m.Attribute(value=m.Attribute(value=m.Name("torch")))):
+        return None
+    return port.changed(original, "out-of-memory-error",
+                        updated.with_changes(value=cst.Name("torch")))

@@ -1,0 +1,47 @@
+"""Pinned memory, which fails where no accelerator is present:
+
+- rule `pin-memory`: `DataLoader(..., pin_memory=True)` ->
+  `DataLoader(..., pin_memory=devicekit.pin_memory())`;
+- rule `pin-memory-call`: `x.pin_memory()` -> `(x.pin_memory() if devicekit.pin_memory()
+  else x)`; on anything but a name or an attribute it is reported for a manual change.
+"""
+
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+import libcst.matchers as m
+
+from devicekit.port import names
+from devicekit.port._plugins import call, keyword
+from devicekit.port.nodes import devicekit_call, is_devicekit_call, replace_arg_value
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+@call(lambda port, qualified, method: method == "pin_memory"
+      and "devicekit.pin_memory" not in qualified)
+def pin_memory_method(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                      qualified: Set[str]) -> Optional[cst.BaseExpression]:
+    """x.pin_memory() -> (x.pin_memory() if devicekit.pin_memory() else x)."""
+    receiver = updated.func.value
+    parent = port.parent(original)
+    if updated.args or m.matches(receiver, m.Name("devicekit")) or (
+            isinstance(parent, cst.IfExp) and is_devicekit_call(parent.test, "pin_memory")):
+        return None  # ported already
+    if not isinstance(receiver, (cst.Name, cst.Attribute)):
+        port.report(original, names.REASONS["pin-memory-call"])
+        return updated
+    return port.changed(original, "pin-memory-call", cst.IfExp(
+        test=devicekit_call("pin_memory"), body=updated, orelse=receiver,
+        lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+
+
+@keyword("pin_memory", "pin-memory")
+def pin_memory_argument(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                        arg: cst.Arg, qualified: Set[str], method: Optional[str]
+                        ) -> Optional[cst.Call]:
+    """pin_memory=True -> pin_memory=devicekit.pin_memory()."""
+    if not m.matches(arg.value, m.Name("True")):
+        return None
+    return replace_arg_value(updated, arg, devicekit_call("pin_memory"))

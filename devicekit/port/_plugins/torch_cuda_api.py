@@ -1,0 +1,55 @@
+"""Rule `torch-cuda-api`: `torch.cuda.synchronize()` & co. -> `devicekit.synchronize()`
+(names.DEVICEKIT_FUNCTIONS), called with the same arguments or referred to uncalled.
+A `torch.cuda.device_count()` that sizes an `mp.spawn` becomes
+`devicekit.default_ranks_per_node()` (ranks, not devices); arguments devicekit's function
+does not take are reported for a manual change."""
+
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+
+from devicekit.port import names
+from devicekit.port._plugins import call, reference
+from devicekit.port.nodes import NOT_DEVICE, parse_device_string
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+_PREFIX = "torch.cuda."
+
+
+def _is_torch_cuda_function(qualified: Set[str]) -> bool:
+    return any(q.startswith(_PREFIX) and q[len(_PREFIX):] in names.DEVICEKIT_FUNCTIONS
+               for q in qualified)
+
+
+@call(lambda port, qualified, method: _is_torch_cuda_function(qualified))
+def torch_cuda_call(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                    qualified: Set[str]) -> cst.Call:
+    """torch.cuda.synchronize() & co. -> devicekit.synchronize() (same arguments)."""
+    short = next(q for q in qualified if q.startswith(_PREFIX))[len(_PREFIX):]
+    takes = names.DEVICEKIT_FUNCTIONS[short]
+    if len(updated.args) > takes or any(a.keyword or a.star for a in updated.args):
+        port.report(original, names.REASONS["arguments"])
+        return updated
+    args = list(updated.args)
+    if short == "set_device" and args:
+        index = parse_device_string(args[0].value)
+        if index is not NOT_DEVICE and index is not None:
+            args[0] = args[0].with_changes(value=index)  # set_device(f"cuda:{i}")
+    if short == "device_count" and id(original) in port.facts.spawn_counts:
+        short = "default_ranks_per_node"  # it sizes an mp.spawn: ranks, not devices
+    return port.changed(original, "torch-cuda-api", updated.with_changes(
+        func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name(short)), args=args))
+
+
+@reference
+def torch_cuda_name(port: "PortTransformer", original: cst.BaseExpression,
+                    updated: cst.BaseExpression, name: str) -> Optional[cst.Attribute]:
+    """An uncalled torch.cuda.synchronize (a callback, say) -> devicekit.synchronize."""
+    short = name[len(_PREFIX):]
+    if not name.startswith(_PREFIX) or short not in names.DEVICEKIT_FUNCTIONS or \
+            port.call_of(original) is not None:
+        return None  # the call is ported with its arguments
+    return port.changed(original, "torch-cuda-api", cst.Attribute(
+        value=cst.Name("devicekit"), attr=cst.Name(short)))

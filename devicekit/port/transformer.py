@@ -1,0 +1,238 @@
+"""The transformer: one libcst pass that offers each node to the rewrites registered in
+_plugins/ (one module per idiom) and records what they changed, left and kept.
+
+Every rewrite keeps what the script computes on a GPU: `x.cuda(i)` becomes
+`x.to(devicekit.device(i))` (cuda:i there), `backend="nccl"` becomes
+`devicekit.backend()` ("nccl" there), `torch.cuda.amp.autocast()` becomes
+`devicekit.autocast(enabled=True)` (float16 autocast there). Strings stay strings
+(`device = "cuda"` becomes `devicekit.device_type()`, "cuda" on a GPU) and devices stay
+devices. What has no portable equivalent is left alone and reported (see names.MANUAL).
+
+Rules match on the original tree (qualified names come from its metadata) and build from
+the updated one, so nested rewrites compose: `torch.device("cuda" if
+torch.cuda.is_available() else "cpu")` ends as `devicekit.device()`.
+"""
+
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from devicekit.port._plugins import (
+    CALL_RULES, KEYWORD_RULES, LEAVE_RULES, REFERENCE_RULES, UNPORTED_CALL_RULES)
+from devicekit.port.facts import Facts
+from devicekit.port.nodes import (
+    NOT_DEVICE, code, device_call, device_str, devicekit_call, is_devicekit_call,
+    parse_device_string, replace_arg_value, string_value)
+from devicekit.port.report import Change, Info, Manual
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class PortTransformer(cst.CSTTransformer):
+    """Ports one module; `changes`, `manual` and `info` say what it did and left."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+
+    def __init__(self, module: cst.Module, facts: Facts):
+        super().__init__()
+        self.module, self.facts = module, facts
+        # id(original node) -> (line, rule, before, after, id()s of its ancestors)
+        self._rewrites: Dict[int, Tuple[int, str, str, str, List[int]]] = {}
+        self._manual: Dict[Tuple[int, str], Manual] = {}
+        self._info: Dict[Tuple[int, str], Info] = {}
+
+    # -- bookkeeping -----------------------------------------------------------------
+
+    def qualified(self, node: cst.CSTNode) -> Set[str]:
+        """The qualified names `node` may refer to."""
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The node of the original tree that holds `node` (None for the module)."""
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def call_of(self, node: cst.CSTNode) -> Optional[cst.Call]:
+        """The call whose function `node` is, else None."""
+        parent = self.parent(node)
+        return parent if isinstance(parent, cst.Call) and parent.func is node else None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The outermost expression or small statement `node` is part of."""
+        while True:
+            parent = self.parent(node)
+            if parent is None or isinstance(parent, (cst.SimpleStatementLine,
+                                                     cst.BaseCompoundStatement)):
+                return node
+            node = parent
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def changed(self, original: cst.CSTNode, rule: str, updated: cst.CSTNode) -> cst.CSTNode:
+        """Record that rule `rule` rewrote `original` as `updated`; `updated`."""
+        ancestors = []
+        parent = self.parent(original)
+        while parent is not None:
+            ancestors.append(id(parent))
+            parent = self.parent(parent)
+        self._rewrites[id(original)] = (self._line(original), rule,
+                                        self.module.code_for_node(original), code(updated),
+                                        ancestors)
+        return updated
+
+    def report(self, original: cst.CSTNode, why_fix: Tuple[str, str]) -> None:
+        """Record `original`, left alone, as needing a change by hand (why, fix)."""
+        construct = _short(self.module.code_for_node(original))
+        line = self._line(original)
+        self._manual.setdefault((line, construct), Manual(line, construct, *why_fix))
+
+    def keep(self, original: cst.CSTNode, note: str) -> None:
+        """Record `original` as kept on purpose, with a note for the reader."""
+        construct = _short(self.module.code_for_node(original))
+        line = self._line(original)
+        self._info.setdefault((line, construct), Info(line, construct, note))
+
+    def changes(self) -> List[Change]:
+        """One Change per outermost rewritten node; nested rewrites add their rule ids."""
+        outer: Dict[int, Change] = {}
+        nested: List[Tuple[int, str]] = []
+        for key, (line, rule, before, after, ancestors) in self._rewrites.items():
+            rewritten = [a for a in ancestors if a in self._rewrites]
+            if rewritten:
+                nested.append((rewritten[-1], rule))  # the outermost one
+            else:
+                outer[key] = Change(line, rule, before, after, [rule])
+        for ancestor, rule in nested:
+            outer[ancestor].rules.append(rule)
+        return sorted(outer.values(), key=lambda c: c.line)
+
+    def manual(self) -> List[Manual]:
+        """Constructs left alone that need a change by hand, by line."""
+        return sorted(self._manual.values(), key=lambda item: item.line)
+
+    def info(self) -> List[Info]:
+        """Constructs kept on purpose, by line."""
+        return sorted(self._info.values(), key=lambda i: i.line)
+
+    # -- values: device strings, backends, ranks ------------------------------------
+
+    def value(self, original: cst.BaseExpression, updated: cst.BaseExpression, want: str,
+              allow_int: bool = False) -> Optional[cst.BaseExpression]:
+        """The ported form of a value in a position that wants a "device" (torch.device),
+        a "string" (a device or backend name) or a "backend"; None when nothing to port."""
+        index = parse_device_string(updated)
+        if index is not NOT_DEVICE and want != "backend":
+            return device_call(index) if want == "device" else device_str(index)
+        if string_value(updated) == "nccl" and want != "device":
+            return devicekit_call("backend")
+        if want == "device" and updated is not original:
+            # a string form made inside this value (the IfExp idiom) in a device position
+            if is_devicekit_call(updated, "device_type") and not updated.args:
+                return device_call(None)
+            if isinstance(updated, cst.Call) and m.matches(updated.func, m.Name("str")) and \
+                    len(updated.args) == 1 and is_devicekit_call(updated.args[0].value, "device"):
+                return updated.args[0].value
+        if want == "device" and allow_int and self.facts.holds_rank(updated):
+            return device_call(updated)
+        return None
+
+    def port_arg(self, original: cst.Call, updated: cst.Call, arg: cst.Arg, want: str,
+                 allow_int: bool = False) -> Optional[cst.Call]:
+        """`updated` with argument `arg`'s value ported (see `value`); None when nothing
+        to port."""
+        position = next(i for i, a in enumerate(updated.args) if a is arg)
+        value = self.value(original.args[position].value, arg.value, want, allow_int)
+        return None if value is None else replace_arg_value(updated, arg, value)
+
+    def keywords(self, original: cst.Call, updated: cst.Call, qualified: Set[str],
+                 method: Optional[str]) -> Tuple[cst.Call, Optional[str]]:
+        """`updated` with the keyword arguments the keyword rules port (any call:
+        DataLoader(pin_memory=True), torch.load(map_location=...), torch.zeros(...,
+        device="cuda"), add_argument(default="nccl"), ...), and the rule of the first one
+        ported (None: nothing was)."""
+        result, rule = updated, None
+        for arg in updated.args:
+            if arg.keyword is None or arg.keyword.value not in KEYWORD_RULES:
+                continue
+            rule_id, port_keyword = KEYWORD_RULES[arg.keyword.value]
+            ported = port_keyword(self, original, result, arg, qualified, method)
+            if ported is not None:
+                result, rule = ported, rule or rule_id
+        return result, rule
+
+    @staticmethod
+    def accelerator_only(call: cst.Call, args: Dict[str, Optional[cst.Arg]]) -> cst.Call:
+        """`call` with each of `args` (if given and not None already) passed as
+        `value if devicekit.is_available() else None`."""
+        for arg in args.values():
+            if not arg or m.matches(arg.value, m.Name("None")) or \
+                    isinstance(arg.value, cst.IfExp):
+                continue
+            guarded = cst.IfExp(test=devicekit_call("is_available"), body=arg.value,
+                                orelse=cst.Name("None"))
+            call = replace_arg_value(call, arg, guarded)
+        return call
+
+    # -- dispatch to the plugins --------------------------------------------------------
+
+    def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+        """The first rewrite a leave rule for this node type returns, else `updated_node`."""
+        for rule in LEAVE_RULES.get(type(original_node), ()):
+            result = rule(self, original_node, updated_node)
+            if result is not None:
+                return result
+        return updated_node
+
+    # the node types plugins register leave rules for
+    leave_IfExp = leave_Assign = leave_AnnAssign = leave_Return = leave_Param = _leave
+    leave_Comparison = leave_Import = leave_ImportFrom = leave_Decorator = leave_Dict = _leave
+
+    # Import statements name modules, not references: only their leave rules see them.
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute
+                        ) -> cst.BaseExpression:
+        return self._reference(original_node, updated_node)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        parent = self.parent(original_node)
+        if isinstance(parent, cst.Attribute) and parent.attr is original_node:
+            return updated_node
+        return self._reference(original_node, updated_node)
+
+    def _reference(self, original, updated):
+        """A name at the end of its attribute chain (`torch.cuda.synchronize`), offered to
+        the reference rules once per qualified name."""
+        parent = self.parent(original)
+        if isinstance(parent, cst.Attribute) and parent.value is original:
+            return updated  # not the end of the chain: `torch.cuda` in `torch.cuda.amp`
+        for name in self.qualified(original):
+            for rule in REFERENCE_RULES:
+                result = rule(self, original, updated, name)
+                if result is not None:
+                    return result
+        return updated
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = original_node.func
+        qualified = self.qualified(func)
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        for matches, rule in CALL_RULES:
+            if matches(self, qualified, method):
+                result = rule(self, original_node, updated_node, qualified)
+                if result is not None:
+                    return result
+                break
+        for check in UNPORTED_CALL_RULES:
+            check(self, original_node, qualified)
+        result, rule = self.keywords(original_node, updated_node, qualified, method)
+        return updated_node if rule is None else self.changed(original_node, rule, result)

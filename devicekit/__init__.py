@@ -32,9 +32,9 @@ if "torch" not in sys.modules:
 
 from devicekit.accelerator import (  # noqa: E402
     backend, current_device, default_ranks_per_node, device, device_count, device_type,
-    empty_cache, is_available, manual_seed, manual_seed_all, max_memory_allocated,
-    max_memory_reserved, memory_allocated, memory_reserved, pin_memory,
-    reset_peak_memory_stats, set_device, synchronize)
+    empty_cache, is_accelerator, is_available, is_bf16_supported, manual_seed,
+    manual_seed_all, max_memory_allocated, max_memory_reserved, memory_allocated,
+    memory_reserved, pin_memory, reset_peak_memory_stats, set_device, synchronize)
 from devicekit.amp import (  # noqa: E402
     GradScaler, amp_dtype, amp_enabled, autocast, prefers_channels_last)
 from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint  # noqa: E402
@@ -42,7 +42,8 @@ from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp  # noqa: 
 from devicekit.distributed import (  # noqa: E402
     all_reduce_sum, barrier, destroy_process_group, init_distributed, is_initialized,
     is_main_process, local_rank, local_world_size, node_rank, rank, world_size)
-from devicekit.errors import UsageError, exit_on_usage_error, warn  # noqa: E402
+from devicekit.errors import (  # noqa: E402
+    UsageError, exit_on_usage_error, report_usage_errors, warn)
 from devicekit.kinds import register_kind  # noqa: E402
 from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402
 from devicekit.processes import (  # noqa: E402
@@ -57,6 +58,9 @@ except UsageError as _error:
     print(f"error: {_error}", file=sys.stderr, flush=True)
     raise SystemExit(2) from None
 
+# A UsageError that escapes the user's script: one line and exit code 2, no traceback.
+report_usage_errors()
+
 # A rank of launch/run_8p.sh dies with it, even when the script is SIGKILLed.
 die_with_launcher()
 
@@ -64,13 +68,15 @@ __version__ = "0.2.0"
 
 __all__ = [
     "GradScaler", "LaunchContext", "LaunchOptions", "RankFailed", "UsageError",
-    "all_reduce_sum", "amp_dtype", "amp_enabled", "autocast", "backend", "barrier", "broadcast_buffers",
-    "current_device", "default_ranks_per_node", "destroy_process_group", "device",
-    "device_count", "device_type", "empty_cache", "exit_on_usage_error", "fingerprint",
-    "init_distributed", "is_available", "is_initialized", "is_main_process", "launch",
+    "all_reduce_sum", "amp_dtype", "amp_enabled", "autocast", "backend", "barrier",
+    "broadcast_buffers", "current_device", "default_ranks_per_node",
+    "destroy_process_group", "device", "device_count", "device_type", "empty_cache",
+    "exit_on_usage_error", "fingerprint", "init_distributed", "is_accelerator",
+    "is_available", "is_bf16_supported", "is_initialized", "is_main_process", "launch",
     "load_checkpoint", "local_rank", "local_world_size", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
-    "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last", "rank", "register_kind", "reset_peak_memory_stats", "save_checkpoint",
+    "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last",
+    "rank", "register_kind", "reset_peak_memory_stats", "save_checkpoint",
     "seed_everything", "set_device", "synchronize", "unwrap", "warn", "world_size",
     "wrap_ddp",
 ]

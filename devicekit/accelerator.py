@@ -9,7 +9,7 @@ from typing import Optional, Union
 
 import torch
 
-from devicekit import runtime
+from devicekit import kinds, runtime
 
 _MEMORY_STATISTICS = ("memory_allocated", "max_memory_allocated", "memory_reserved",
                       "max_memory_reserved")
@@ -37,6 +37,21 @@ def device_type() -> str:
 def is_available() -> bool:
     """Whether this process computes on an accelerator (a GPU or an NPU)."""
     return runtime.kind().is_accelerator
+
+
+def is_accelerator(device: Union[str, torch.device]) -> bool:
+    """Whether `device` ("cuda", "npu:1", torch.device("cpu"), a device type) is of an
+    accelerator kind devicekit knows: the portable form of `"cuda" in device` or
+    `device_type == "cuda"`, which are false on an NPU."""
+    # The type is read from the string: torch.device("npu") fails where torch_npu is absent.
+    name = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+    return name in kinds.names() and kinds.get(name).is_accelerator
+
+
+def is_bf16_supported() -> bool:
+    """Whether this process's device computes in bfloat16 (as torch.cuda.is_bf16_supported()
+    answers on a GPU and torch.npu's on an NPU; True on a CPU)."""
+    return runtime.kind().is_bf16_supported()
 
 
 def device_count() -> int:

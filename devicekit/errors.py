@@ -3,7 +3,8 @@
 A user mistake (a bad flag, a missing variable, a device that is not there) raises
 :class:`UsageError` with a message that names the problem and the fix. Command-line
 entry points wrap their work in :func:`exit_on_usage_error`, which prints that message
-as one line on stderr and exits with code 2. Internal bugs keep their tracebacks.
+as one line on stderr and exits with code 2; :func:`report_usage_errors` does the same for
+a UsageError that escapes a user's own script. Internal bugs keep their tracebacks.
 """
 
 import functools
@@ -33,3 +34,19 @@ def exit_on_usage_error(func):
             sys.exit(EXIT_USAGE)
 
     return wrapper
+
+
+def report_usage_errors() -> None:
+    """End a script that lets a UsageError escape (say, a module-level devicekit call on a
+    machine without the device asked for) as a command-line mistake ends: the one-line
+    message on stderr and exit code 2, not a traceback. Other exceptions go to the hook
+    that was installed before."""
+    previous = sys.excepthook
+
+    def hook(kind, error, traceback):
+        if issubclass(kind, UsageError):
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_USAGE)  # Python exits with the code a hook raises
+        previous(kind, error, traceback)
+
+    sys.excepthook = hook

@@ -168,6 +168,7 @@ REWRITES = [
     ("OutOfMemoryError", "E = torch.cuda.OutOfMemoryError", "E = torch.OutOfMemoryError"),
 ] + [(f"torch.cuda.{name}", f"v = torch.cuda.{name}()", f"v = devicekit.{name}()")
      for name in ("device_count", "is_available", "current_device", "synchronize",
+                 "is_bf16_supported",
                   "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
                   "max_memory_reserved", "reset_peak_memory_stats")] + [
     (f"torch.cuda.{name}(x)", f"torch.cuda.{name}(x)", f"devicekit.{name}(x)")
@@ -197,15 +198,16 @@ def test_each_plugin_registers_rules_and_names_their_ids():
         ids = set()
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             calls = [node] if isinstance(node, ast.Call) and \
-                getattr(node.func, "attr", None) == "changed" else []
+                getattr(node.func, "attr", None) in ("changed", "removed") else []
             calls += [d for d in getattr(node, "decorator_list", [])
                       if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "keyword"]
-            ids.update(call.args[1].value for call in calls)
+            ids.update(getattr(module, call.args[1].id) if isinstance(call.args[1], ast.Name)
+                       else call.args[1].value for call in calls)
         assert all(f"`{rule}`" in module.__doc__ for rule in ids), (module.__name__, ids)
     assert [rule.__name__ for _, rule in _plugins.CALL_RULES] == [
         "cuda_method", "to_device", "pin_memory_method", "local_rank_alias", "torch_device",
         "first_arg_device", "autocast", "grad_scaler", "init_process_group", "ddp_device_ids",
-        "spawn_launch", "destroy_process_group", "torch_cuda_call"]
+        "spawn_launch", "destroy_process_group", "torch_cuda_call", "startswith"]
 
 
 UNCHANGED = [
@@ -354,7 +356,6 @@ MANUAL = [
     ("DataParallel", "m = torch.nn.DataParallel(m)", "devicekit.wrap_ddp"),
     ("capability", "major, minor = torch.cuda.get_device_capability()", "device_type"),
     ("properties", "p = torch.cuda.get_device_properties(0)", "device_type"),
-    ("bf16 check", "ok = torch.cuda.is_bf16_supported()", "devicekit.autocast"),
     ("unknown torch.cuda", "torch.cuda.ipc_collect()", "device_type"),
     ("tensor type", "t = torch.cuda.FloatTensor(3)", "device=devicekit.device()"),
     ("argument devicekit does not take", "torch.cuda.synchronize(device)", "without the argument"),
@@ -668,6 +669,11 @@ CORPUS_REPORTS = {
     "launch_local_rank.py": ([], []),
     "gpt_pretrain.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True"]),
     "finetune_sampler.py": ([], []),
+    "nanogpt_style.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True",
+                              "torch.backends.cudnn.allow_tf32 = True"]),
+    "rank_as_device.py": ([], []),
+    # Ascend-only, in the style of ModelZoo's scripts
+    "ascend_ddp.py": ([], []),
 }
 
 
@@ -684,7 +690,9 @@ def test_corpus_reports(tmp_path, capsys):
         code = ast.parse(port_source(Path(entry["path"]).read_bytes())[0])
         left = {ast.unparse(node) for node in ast.walk(code)
                 if (isinstance(node, ast.Attribute) and ast.unparse(node) == "torch.cuda")
-                or (isinstance(node, ast.Constant) and node.value in ("nccl", "cuda"))}
+                or (isinstance(node, ast.Name) and node.id == "torch_npu")
+                or (isinstance(node, ast.alias) and node.name.startswith("torch_npu"))
+                or (isinstance(node, ast.Constant) and node.value in ("nccl", "hccl", "cuda"))}
         assert left == set(), entry["path"]
 
 

@@ -166,6 +166,10 @@ class DeviceKind(abc.ABC):
         """float16 gradients underflow without loss scaling; bfloat16 keeps fp32's range."""
         return dtype == torch.float16
 
+    def is_bf16_supported(self) -> bool:
+        """Whether bfloat16 tensors and autocast work here (torch's CPU kernels have them)."""
+        return True
+
 
 class AcceleratorKind(DeviceKind):
     """An accelerator driven through its torch device module (`torch.get_device_module`:
@@ -232,6 +236,9 @@ class AcceleratorKind(DeviceKind):
 
     def reset_peak_memory_stats(self) -> None:
         self.module.reset_peak_memory_stats()
+
+    def is_bf16_supported(self) -> bool:
+        return bool(self.module.is_bf16_supported())
 
     def memory_stats(self) -> Dict[str, int]:
         module = self.module

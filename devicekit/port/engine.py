@@ -7,8 +7,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from devicekit.port.facts import Facts
-from devicekit.port.imports import add_devicekit, drop_unused, import_uses
-from devicekit.port.report import FileReport
+from devicekit.port.imports import (
+    add_devicekit, drop_unused, import_uses, side_effect_imports)
+from devicekit.port.report import Change, FileReport
 from devicekit.port.transformer import PortTransformer
 
 
@@ -41,10 +42,14 @@ def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
     wrapper.visit_batched([facts])
     transformer = PortTransformer(wrapper.module, facts)
     ported = wrapper.visit(transformer)
-    report = FileReport(path, transformer.changes(), transformer.manual(), transformer.info())
-    if report.changes:
-        ported = add_devicekit(drop_unused(ported, import_uses(wrapper.module)))
-    return ported, report
+    side_effects = side_effect_imports(wrapper.module)
+    ported, dropped = drop_unused(ported, import_uses(wrapper.module), set(side_effects))
+    changes = transformer.changes() + [
+        Change(line, "torch-npu-import", statement, "", ["torch-npu-import"])
+        for name, (line, statement) in side_effects.items() if name in dropped]
+    report = FileReport(path, sorted(changes, key=lambda c: c.line), transformer.manual(),
+                        transformer.info())
+    return add_devicekit(ported), report
 
 
 def port_source(source: bytes, path: str = "<source>") -> Tuple[bytes, FileReport]:

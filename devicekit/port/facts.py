@@ -8,15 +8,20 @@
   `world_size = torch.cuda.device_count()`): they become `devicekit.default_ranks_per_node()`,
   the number of ranks `devicekit.launch()` starts (one per device on a GPU, as before).
 
-Names are matched across the whole module, not per scope: a script that reuses one name
-for a rank and for a device object is left alone rather than guessed at.
+- Which function parameters hold a rank because every call of the function in this file
+  passes one (`calc_loss_batch(x, y, model, rank)` makes `device` in
+  `def calc_loss_batch(x, y, model, device)` a rank, so its `x.to(device)` is ported), to a
+  fixed point, so a rank passed on through several functions is followed.
+
+Other names are matched across the whole module, not per scope: a script that reuses one
+name for a rank and for a device object is left alone rather than guessed at.
 """
 
 from collections import defaultdict
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import FunctionScope, QualifiedNameProvider, ScopeProvider
 
 from devicekit.port import names
 from devicekit.port.nodes import bound_args, string_value
@@ -44,7 +49,7 @@ def _dest(call: cst.Call) -> Optional[str]:
 class Facts(cst.BatchableCSTVisitor):
     """Collects assignments by name and the spawn calls of one module."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, ScopeProvider)
 
     def __init__(self):
         super().__init__()
@@ -55,10 +60,17 @@ class Facts(cst.BatchableCSTVisitor):
         self.flags: Set[str] = set()  # every option string given to add_argument
         self._spawned: List[cst.Call] = []
         self._functions: Dict[str, cst.FunctionDef] = {}
+        self._calls: List[cst.Call] = []  # calls of a plain name: maybe a function here
+        self._plain_functions: Dict[str, cst.FunctionDef] = {}
+        self._defined_twice: Set[str] = set()  # and method names: calls are not followed
+        # id() of a Name that can only be a function's parameter -> (id(function), param)
+        self._parameter_of: Dict[int, Tuple[int, str]] = {}
+        self.rank_parameters: Set[Tuple[int, str]] = set()
 
     def qualified(self, node: cst.CSTNode) -> Set[str]:
-        """The qualified names `node` may refer to."""
-        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+        """The qualified names `node` may refer to, with the CUDA twins of Ascend names."""
+        return names.with_twins(
+            {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())})
 
     def _assigned(self, name: Optional[str], value: cst.BaseExpression) -> None:
         if name:
@@ -78,8 +90,25 @@ class Facts(cst.BatchableCSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.setdefault(node.name.value, node)
+        if isinstance(self.get_metadata(ScopeProvider, node, None), cst.metadata.ClassScope):
+            self._defined_twice.add(node.name.value)  # a method: not called by a plain name
+        elif node.name.value in self._plain_functions:
+            self._defined_twice.add(node.name.value)
+        self._plain_functions[node.name.value] = node
+
+    def visit_Name(self, node: cst.Name) -> None:
+        scope = self.get_metadata(ScopeProvider, node, None)
+        if not isinstance(scope, FunctionScope) or node.value not in scope:
+            return
+        assignments = list(scope[node.value])
+        if assignments and all(isinstance(a, cst.metadata.Assignment) and
+                               isinstance(a.node, cst.Param) and a.scope is scope
+                               for a in assignments):
+            self._parameter_of[id(node)] = (id(scope.node), node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name):
+            self._calls.append(node)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
             dest = _dest(node)
             self.flags.update(string_value(a.value) for a in node.args if a.keyword is None)
@@ -90,6 +119,35 @@ class Facts(cst.BatchableCSTVisitor):
             self._spawned.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        self._spawn_facts()
+        self._follow_ranks_through_calls()
+
+    def _follow_ranks_through_calls(self) -> None:
+        """Mark the parameters every call in this file passes a rank (or a parameter
+        already marked), until nothing changes."""
+        passed: Dict[Tuple[int, str], List[cst.BaseExpression]] = defaultdict(list)
+        for call in self._calls:
+            function = self._plain_functions.get(call.func.value)
+            if function is None or call.func.value in self._defined_twice:
+                continue
+            params = [p.name.value for p in function.params.params]
+            keywords = params + [p.name.value for p in function.params.kwonly_params]
+            for position, arg in enumerate(call.args):
+                if arg.star:
+                    break
+                name = arg.keyword.value if arg.keyword is not None else (
+                    params[position] if position < len(params) else None)
+                if name in keywords:
+                    passed[(id(function), name)].append(arg.value)
+        changed = True
+        while changed:
+            changed = False
+            for key, values in passed.items():
+                if key not in self.rank_parameters and all(map(self.holds_rank, values)):
+                    self.rank_parameters.add(key)
+                    changed = True
+
+    def _spawn_facts(self) -> None:
         for call in self._spawned:
             bound = bound_args(call, names.SPAWN_PARAMS)
             fn = bound.get("fn")
@@ -135,9 +193,11 @@ class Facts(cst.BatchableCSTVisitor):
         return False
 
     def holds_rank(self, node: cst.BaseExpression) -> bool:
-        """Whether `node` (an int literal, a name or an attribute) holds a rank or a device
-        index rather than a device, a dtype or a tensor."""
+        """Whether `node` (an int literal, a name or an attribute of the tree this visitor
+        saw) holds a rank or a device index rather than a device, a dtype or a tensor."""
         if isinstance(node, cst.Integer):
+            return True
+        if self._parameter_of.get(id(node)) in self.rank_parameters:
             return True
         name = _target_name(node)
         if name is None or "device" in self.kinds.get(name, ()):

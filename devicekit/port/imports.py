@@ -1,11 +1,16 @@
-"""Imports after porting: `import devicekit` added once, where a reader expects it, and
-torch submodule imports the rewrites left unused (`from torch.cuda.amp import autocast`)
-removed. `import torch` itself is never removed."""
+"""Imports after porting: `import devicekit` added once, where a reader expects it, torch
+submodule imports the rewrites left unused (`from torch.cuda.amp import autocast`) removed,
+and torch_npu's side-effect imports (`import torch_npu`, `from torch_npu.contrib import
+transfer_to_npu`) removed once nothing reads them: devicekit imports torch_npu itself where
+there is an NPU, and a ported script needs no torch.cuda patched. `import torch` itself is
+never removed."""
 
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
+
+from devicekit.port.names import SIDE_EFFECT_IMPORTS, TORCH_NPU
 
 import libcst as cst
-from libcst.metadata import GlobalScope, MetadataWrapper, ScopeProvider
+from libcst.metadata import GlobalScope, MetadataWrapper, PositionProvider, ScopeProvider
 
 
 def _bound_name(alias: cst.ImportAlias) -> str:
@@ -22,8 +27,8 @@ def _module_of(statement: cst.BaseSmallStatement) -> str:
 
 
 def import_uses(module: cst.Module) -> Dict[str, int]:
-    """{name bound by a top-level `from torch.X import ...` or `import torch.X as Y`:
-    how many times the module reads it}."""
+    """{name bound by a top-level `from torch.X import ...`, `import torch.X as Y` or
+    torch_npu import: how many times the module reads it}."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     scopes = wrapper.resolve(ScopeProvider)
     global_scope = next(s for s in scopes.values() if isinstance(s, GlobalScope))
@@ -36,7 +41,29 @@ def import_uses(module: cst.Module) -> Dict[str, int]:
     return uses
 
 
+def _imported(statement, alias) -> str:
+    """The module or name an import alias brings in, in full (`torch_npu.contrib.
+    transfer_to_npu` for `from torch_npu.contrib import transfer_to_npu`)."""
+    name = cst.Module(body=[]).code_for_node(alias.name)
+    return f"{_module_of(statement)}.{name}" if isinstance(statement, cst.ImportFrom) else name
+
+
+def side_effect_imports(module: cst.Module) -> Dict[str, Tuple[int, str]]:
+    """{name bound by a top-level torch_npu side-effect import: (its line, its code)}."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    found = {}
+    for statement in _import_statements(module):
+        for alias in statement.names if not isinstance(statement.names, cst.ImportStar) else []:
+            if _imported(statement, alias) in SIDE_EFFECT_IMPORTS:
+                found[_bound_name(alias)] = (positions[statement].start.line,
+                                             cst.Module(body=[]).code_for_node(statement))
+    return found
+
+
 def _is_torch_submodule(statement, alias) -> bool:
+    if _imported(statement, alias).split(".")[0] == TORCH_NPU:
+        return True
     if isinstance(statement, cst.ImportFrom):
         return _module_of(statement).startswith("torch.") or _module_of(statement) == "torch"
     return alias.asname is not None and \
@@ -77,12 +104,15 @@ class _DropAliases(cst.CSTTransformer):
         return False
 
 
-def drop_unused(module: cst.Module, before: Dict[str, int]) -> cst.Module:
+def drop_unused(module: cst.Module, before: Dict[str, int],
+                side_effects: Set[str]) -> Tuple[cst.Module, Set[str]]:
     """`module` without the torch submodule imports that were read before porting
-    (`before`, from import_uses) and are read no more."""
+    (`before`, from import_uses) and are read no more, and without the `side_effects`
+    imports (names bound) that nothing reads; and the names dropped."""
     after = import_uses(module)
-    unused = {name for name, count in after.items() if count == 0 and before.get(name, 0) > 0}
-    return module.visit(_DropAliases(unused)) if unused else module
+    unused = {name for name, count in after.items()
+              if count == 0 and (before.get(name, 0) > 0 or name in side_effects)}
+    return (module.visit(_DropAliases(unused)) if unused else module), unused
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:
@@ -128,8 +158,9 @@ def _mentions_devicekit(statement: cst.CSTNode) -> bool:
 
 def add_devicekit(module: cst.Module) -> cst.Module:
     """`module` with `import devicekit` after the last import at the top of the file
-    (after the docstring and any `from __future__` import when there is none)."""
-    if _binds_devicekit(module):
+    (after the docstring and any `from __future__` import when there is none), when it
+    uses devicekit and does not import it yet."""
+    if _binds_devicekit(module) or not _mentions_devicekit(module):
         return module
     body = list(module.body)
     position = 1 if body and _is_docstring(body[0]) else 0

@@ -2,21 +2,58 @@
 
 Qualified names are the ones libcst's QualifiedNameProvider resolves through the script's
 imports (`from torch.cuda.amp import autocast` makes `autocast` read
-`torch.cuda.amp.autocast`).
+`torch.cuda.amp.autocast`). An Ascend name (`torch.npu.X`, `torch_npu.npu.X`: torch_npu
+gives torch.npu torch.cuda's API) is ported as its CUDA twin `torch.cuda.X` is.
 """
 
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 # torch.cuda.X -> devicekit.X, with the number of arguments devicekit's function takes.
 DEVICEKIT_FUNCTIONS: Dict[str, int] = {
     "set_device": 1, "manual_seed": 1, "manual_seed_all": 1,
     "device_count": 0, "is_available": 0, "current_device": 0, "synchronize": 0,
     "empty_cache": 0, "memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
-    "max_memory_reserved": 0, "reset_peak_memory_stats": 0,
+    "max_memory_reserved": 0, "reset_peak_memory_stats": 0, "is_bf16_supported": 0,
 }
 
+_NPU_MODULES = ("torch.npu.", "torch_npu.npu.")
+TORCH_NPU = "torch_npu"
+# Imported for what importing does (register torch.npu, patch torch.cuda): devicekit does
+# what is needed, so once nothing reads them they go.
+SIDE_EFFECT_IMPORTS = ("torch_npu", "torch_npu.contrib.transfer_to_npu")
+# Process-wide NPU settings (`torch.npu.set_compile_mode(jit_compile=False)`): they run as
+# before on an NPU, under `if devicekit.device_type() == "npu":`, and nowhere else.
+NPU_SETTINGS = {"set_compile_mode", "set_option", "set_aoe", "set_mm_bmm_format_nd",
+                "config.allow_internal_format", "conv.allow_hf32", "matmul.allow_hf32"}
+
+
+def cuda_twin(qualified: str) -> Optional[str]:
+    """The torch.cuda name an Ascend name stands for (`torch.npu.synchronize`,
+    `torch_npu.npu.amp.autocast` -> `torch.cuda.synchronize`, `torch.cuda.amp.autocast`),
+    else None."""
+    for prefix in _NPU_MODULES:
+        if qualified.startswith(prefix):
+            return "torch.cuda." + qualified[len(prefix):]
+    return None
+
+
+def with_twins(qualified: Set[str]) -> Set[str]:
+    """`qualified` and the CUDA twins of its Ascend names."""
+    return qualified | {twin for twin in map(cuda_twin, qualified) if twin}
+
+
+def npu_setting(qualified: str) -> Optional[str]:
+    """"set_compile_mode" for `torch.npu.set_compile_mode` (and the other NPU_SETTINGS,
+    under torch.npu or torch_npu.npu), else None."""
+    twin = cuda_twin(qualified)
+    short = twin[len("torch.cuda."):] if twin else None
+    return short if short in NPU_SETTINGS else None
+
 AUTOCAST = {"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
+NPU_GRAD_SCALER = {"torch.npu.amp.GradScaler", "torch_npu.npu.amp.GradScaler",
+                   "torch.npu.amp.grad_scaler.GradScaler",
+                   "torch_npu.npu.amp.grad_scaler.GradScaler"}
 DEVICE_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 CUDA_GRAD_SCALER = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
 DEVICE_GRAD_SCALER = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
@@ -42,20 +79,24 @@ DEVICE_AUTOCAST_PARAMS = ("device_type", "dtype", "enabled", "cache_enabled")
 CUDA_GRAD_SCALER_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval",
                            "enabled")
 DEVICE_GRAD_SCALER_PARAMS = ("device",) + CUDA_GRAD_SCALER_PARAMS
+NPU_GRAD_SCALER_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval",
+                          "dynamic", "enabled")
 SPAWN_PARAMS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
 DDP_PARAMS = ("module", "device_ids", "output_device")
 TORCH_DEVICE_PARAMS = ("type", "index")
 
 # Rank-like integers: `x.to(local_rank)` means `x.to("cuda:<local_rank>")`.
 _RANK_LIKE = re.compile(
-    r"^(ddp_|global_|local_)?(rank|gpu|gpus?_?id|gpu_?idx|gpu_?index|device_?id|device_?idx"
-    r"|device_?index|dev_?id|local_?rank|local_?gpu|local_?device)$")
+    r"^(ddp_|global_|local_)?(rank|gpu|gpus?_?id|gpu_?idx|gpu_?index|npu|npu_?id|npu_?idx"
+    r"|npu_?index|device_?id|device_?idx|device_?index|dev_?id|local_?rank|local_?gpu"
+    r"|local_?npu|local_?device)$")
 # Calls whose integer result is a rank or a device index.
 RANK_SOURCES = {"torch.distributed.get_rank", "torch.distributed.get_node_local_rank",
                 "torch.cuda.current_device", "devicekit.rank", "devicekit.local_rank",
                 "devicekit.current_device"}
 RANK_VARIABLES = {"RANK", "LOCAL_RANK", "RANK_ID", "SLURM_LOCALID", "SLURM_PROCID",
-                  "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK"}
+                  "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "ASCEND_DEVICE_ID",
+                  "DEVICE_ID", "NPU_CALCULATE_DEVICE"}
 
 
 def is_rank_like(name: str) -> bool:
@@ -74,9 +115,6 @@ _NVTX = ("NVTX ranges are markers for NVIDIA's profilers",
          "use torch.profiler.record_function(name), which every device supports")
 _CAPABILITY = ("a device-capability check reads NVIDIA properties",
                "decide from devicekit.device_type() (and torch.cuda only when it is \"cuda\")")
-_BF16 = ("a device-capability check reads NVIDIA properties",
-         "let devicekit.autocast() pick the dtype (float16 on GPU/NPU, bfloat16 on CPU), or "
-         "test `devicekit.device_type() == \"cuda\" and torch.cuda.is_bf16_supported()`")
 _NAME = ("the device name is an NVIDIA property",
          "report devicekit.device() and devicekit.device_type() instead")
 _FREE_MEMORY = ("free device memory is queried from the NVIDIA driver",
@@ -95,7 +133,8 @@ _DATA_PARALLEL = ("nn.DataParallel is single-process multi-GPU: CUDA-only (a pas
                   "elsewhere) and slower than DDP",
                   "start one process per device (torchrun, or devicekit.launch(fn)), call "
                   "devicekit.init_distributed() and wrap with devicekit.wrap_ddp(model)")
-_APEX = ("NVIDIA apex is CUDA-only",
+_APEX = ("apex (NVIDIA's, or Ascend's fork with combine_grad and NpuFused*) runs on one "
+         "device kind only",
          "use torch's own equivalents: devicekit.autocast() + devicekit.GradScaler() for "
          "amp.initialize/scale_loss, devicekit.wrap_ddp for apex DDP, torch.optim.AdamW and "
          "torch.nn.LayerNorm for the fused kernels")
@@ -103,6 +142,15 @@ _KERNELS = ("hand-written GPU kernels run on NVIDIA GPUs only",
             "keep a PyTorch fallback selected when devicekit.device_type() != \"cuda\" (or let "
             "torch.compile generate the kernel)")
 _NVML = ("NVML queries NVIDIA GPUs only", "guard with `if devicekit.device_type() == \"cuda\":`")
+_NPU_OPS = ("a torch_npu operator runs on Ascend NPUs only",
+            "keep a PyTorch fallback, selected when devicekit.device_type() != \"npu\"")
+_NPU_OPTIMIZERS = ("torch_npu's fused optimizers run on Ascend NPUs only",
+                   "use torch.optim (SGD, AdamW, ...), which runs on every device")
+_NPU_PROFILER = ("torch_npu's profiler records Ascend NPUs only",
+                 "use torch.profiler, with the NPU's activity added when devicekit.device_type() "
+                 "== \"npu\"")
+_NPU_UNKNOWN = ("this name exists only where torch_npu is installed, and devicekit port knows "
+                "no portable equivalent", "guard it with `if devicekit.device_type() == \"npu\":`")
 _UNKNOWN = ("devicekit port knows no portable equivalent of this torch.cuda name",
             "guard with `if devicekit.device_type() == \"cuda\":`, or use the torch.accelerator "
             "equivalent")
@@ -111,8 +159,10 @@ _ARGUMENTS = ("devicekit's function takes no device argument: it acts on the cur
 _AUTOCAST_ARGS = ("devicekit.autocast() takes only enabled= and dtype=",
                   "drop cache_enabled= (and any *args/**kwargs) and write "
                   "devicekit.autocast(enabled=..., dtype=...) by name")
-_GRAD_SCALER_ARGS = ("the GradScaler's arguments cannot be read (*args or **kwargs)",
-                     "use devicekit.GradScaler(enabled=..., init_scale=..., ...) by name")
+_GRAD_SCALER_ARGS = ("the GradScaler's arguments cannot be read (*args or **kwargs), or ask "
+                     "for torch_npu's static loss scale (dynamic=False)",
+                     "use devicekit.GradScaler(enabled=..., init_scale=..., ...) by name; for a "
+                     "static scale, growth_interval=2**31 - 1 keeps init_scale")
 _SPAWN_ARGS = ("devicekit.launch() always joins its ranks and uses the device's start method",
                "call devicekit.launch(fn, args=..., nprocs=...) and drop join=/daemon=/"
                "start_method=")
@@ -132,7 +182,7 @@ MANUAL: Dict[str, Tuple[str, str]] = {
     "torch.cuda.nvtx": _NVTX, "nvtx": _NVTX,
     "torch.cuda.get_device_capability": _CAPABILITY,
     "torch.cuda.get_device_properties": _CAPABILITY,
-    "torch.cuda.is_bf16_supported": _BF16, "torch.cuda.get_device_name": _NAME,
+    "torch.cuda.get_device_name": _NAME,
     "torch.cuda.get_arch_list": _CAPABILITY, "torch.cuda.mem_get_info": _FREE_MEMORY,
     "torch.cuda.get_rng_state": _RNG, "torch.cuda.set_rng_state": _RNG,
     "torch.cuda.get_rng_state_all": _RNG, "torch.cuda.set_rng_state_all": _RNG,
@@ -163,7 +213,20 @@ def manual_reason(qualified: str) -> Optional[Tuple[str, str]]:
             return found
     if qualified.startswith("torch.cuda."):
         return _UNKNOWN
+    if qualified.split(".")[0] == TORCH_NPU or qualified.startswith("torch.npu."):
+        return _npu_reason(qualified)
     return None
+
+
+def _npu_reason(qualified: str) -> Tuple[str, str]:
+    parts = qualified.split(".")
+    if parts[0] == TORCH_NPU and len(parts) > 1 and parts[1].startswith("npu_"):
+        return _NPU_OPS
+    if qualified.startswith("torch_npu.optim"):
+        return _NPU_OPTIMIZERS
+    if qualified.startswith(("torch_npu.profiler", "torch_npu.utils.profiler")):
+        return _NPU_PROFILER
+    return _NPU_UNKNOWN
 
 
 def harmless_note(qualified: str) -> Optional[str]:

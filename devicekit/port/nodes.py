@@ -1,5 +1,6 @@
 """Small libcst helpers: build devicekit calls, read and edit call arguments, recognise
-device strings ("cuda", "cuda:0", f"cuda:{i}", "cuda:%d" % i, "cuda:{}".format(i))."""
+accelerator device strings ("cuda", "npu:0", f"cuda:{i}", "npu:%d" % i,
+"cuda:{}".format(i)) and collective backend names ("nccl", "hccl")."""
 
 from typing import List, Optional, Sequence
 
@@ -7,6 +8,9 @@ import libcst as cst
 
 _EMPTY = cst.Module(body=[])
 NOT_DEVICE = object()  # parse_device_string's answer for "not a device string"
+ACCELERATOR_TYPES = ("cuda", "npu")  # the device types a device string is ported from
+_PREFIXES = tuple(f"{kind}:" for kind in ACCELERATOR_TYPES)  # "cuda:", "npu:"
+BACKENDS = ("nccl", "hccl")  # their collective backends
 
 
 def code(node: cst.CSTNode) -> str:
@@ -74,34 +78,41 @@ def string_value(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
+def is_backend_name(node: cst.CSTNode) -> bool:
+    """Whether `node` is the string "nccl" or "hccl"."""
+    return string_value(node) in BACKENDS
+
+
 def parse_device_string(node: cst.CSTNode):
-    """For a CUDA device string: None ("cuda", no index) or the index expression ("cuda:1",
-    f"cuda:{i}", "cuda:%d" % i, "cuda:{}".format(i), "cuda:" + str(i)); NOT_DEVICE for
-    anything else."""
+    """For an accelerator device string: None ("cuda", "npu": no index) or the index
+    expression ("cuda:1", f"npu:{i}", "cuda:%d" % i, "npu:{}".format(i), "cuda:" + str(i));
+    NOT_DEVICE for anything else."""
     text = string_value(node)
     if text is not None:
-        if text == "cuda":
+        kind, colon, index = text.partition(":")
+        if kind in ACCELERATOR_TYPES and not colon:
             return None
-        if text.startswith("cuda:") and text[5:].isdigit():
-            return cst.Integer(text[5:])
+        if kind in ACCELERATOR_TYPES and index.isdigit():
+            return cst.Integer(index)
         return NOT_DEVICE
     if isinstance(node, cst.FormattedString) and "b" not in node.prefix.lower():
         return _formatted_index(node.parts)
     if isinstance(node, cst.BinaryOperation):
         left = string_value(node.left)
-        if isinstance(node.operator, cst.Modulo) and left in ("cuda:%d", "cuda:%s", "cuda:%i"):
+        if isinstance(node.operator, cst.Modulo) and \
+                left in {prefix + spec for prefix in _PREFIXES for spec in ("%d", "%s", "%i")}:
             right = node.right
             if isinstance(right, cst.Tuple) and len(right.elements) == 1:
                 right = right.elements[0].value
             return right
-        if isinstance(node.operator, cst.Add) and left == "cuda:" and \
+        if isinstance(node.operator, cst.Add) and left in _PREFIXES and \
                 isinstance(node.right, cst.Call) and isinstance(node.right.func, cst.Name) and \
                 node.right.func.value == "str" and len(node.right.args) == 1:
             return node.right.args[0].value
         return NOT_DEVICE
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
             node.func.attr.value == "format" and \
-            string_value(node.func.value) in ("cuda:{}", "cuda:{0}") and \
+            string_value(node.func.value) in {p + f for p in _PREFIXES for f in ("{}", "{0}")} and \
             len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star:
         return node.args[0].value
     return NOT_DEVICE
@@ -111,8 +122,9 @@ def _formatted_index(parts):
     texts = [p for p in parts if isinstance(p, cst.FormattedStringText)]
     expressions = [p for p in parts if isinstance(p, cst.FormattedStringExpression)]
     if not expressions:
-        return None if "".join(t.value for t in texts) == "cuda" else NOT_DEVICE
-    if len(parts) == 2 and texts and parts[0] is texts[0] and texts[0].value == "cuda:" and \
+        return None if "".join(t.value for t in texts) in ACCELERATOR_TYPES else NOT_DEVICE
+    if len(parts) == 2 and texts and parts[0] is texts[0] and \
+            texts[0].value in _PREFIXES and \
             expressions[0].conversion is None and expressions[0].format_spec is None:
         return expressions[0].expression
     return NOT_DEVICE

@@ -21,10 +21,11 @@ from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameP
 
 from devicekit.port._plugins import (
     CALL_RULES, KEYWORD_RULES, LEAVE_RULES, REFERENCE_RULES, UNPORTED_CALL_RULES)
+from devicekit.port import names
 from devicekit.port.facts import Facts
 from devicekit.port.nodes import (
-    NOT_DEVICE, code, device_call, device_str, devicekit_call, is_devicekit_call,
-    parse_device_string, replace_arg_value, string_value)
+    NOT_DEVICE, code, device_call, device_str, devicekit_call, is_backend_name,
+    is_devicekit_call, parse_device_string, replace_arg_value)
 from devicekit.port.report import Change, Info, Manual
 
 
@@ -49,8 +50,16 @@ class PortTransformer(cst.CSTTransformer):
     # -- bookkeeping -----------------------------------------------------------------
 
     def qualified(self, node: cst.CSTNode) -> Set[str]:
-        """The qualified names `node` may refer to."""
+        """The qualified names `node` may refer to, with the CUDA twins of its Ascend names
+        (`torch.npu.synchronize` also reads `torch.cuda.synchronize`: see names.py)."""
+        return names.with_twins(self._written(node))
+
+    def _written(self, node: cst.CSTNode) -> Set[str]:
         return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def is_twin(self, node: cst.CSTNode, name: str) -> bool:
+        """Whether `name` is only the CUDA twin of an Ascend name `node` refers to."""
+        return name not in self._written(node)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The node of the original tree that holds `node` (None for the module)."""
@@ -75,15 +84,28 @@ class PortTransformer(cst.CSTTransformer):
 
     def changed(self, original: cst.CSTNode, rule: str, updated: cst.CSTNode) -> cst.CSTNode:
         """Record that rule `rule` rewrote `original` as `updated`; `updated`."""
+        self._record(original, rule, code(updated))
+        return updated
+
+    def removed(self, original: cst.CSTNode, rule: str) -> cst.RemovalSentinel:
+        """Record that rule `rule` removed `original`; the sentinel that removes it."""
+        self._record(original, rule, "")
+        return cst.RemoveFromParent()
+
+    def reverted(self, original: cst.CSTNode) -> cst.CSTNode:
+        """Forget the rewrites inside `original`; `original`, to stand as it was."""
+        self._rewrites = {key: entry for key, entry in self._rewrites.items()
+                          if id(original) not in entry[4]}
+        return original
+
+    def _record(self, original: cst.CSTNode, rule: str, after: str) -> None:
         ancestors = []
         parent = self.parent(original)
         while parent is not None:
             ancestors.append(id(parent))
             parent = self.parent(parent)
         self._rewrites[id(original)] = (self._line(original), rule,
-                                        self.module.code_for_node(original), code(updated),
-                                        ancestors)
-        return updated
+                                        self.module.code_for_node(original), after, ancestors)
 
     def report(self, original: cst.CSTNode, why_fix: Tuple[str, str]) -> None:
         """Record `original`, left alone, as needing a change by hand (why, fix)."""
@@ -128,7 +150,7 @@ class PortTransformer(cst.CSTTransformer):
         index = parse_device_string(updated)
         if index is not NOT_DEVICE and want != "backend":
             return device_call(index) if want == "device" else device_str(index)
-        if string_value(updated) == "nccl" and want != "device":
+        if is_backend_name(updated) and want != "device":
             return devicekit_call("backend")
         if want == "device" and updated is not original:
             # a string form made inside this value (the IfExp idiom) in a device position
@@ -137,7 +159,7 @@ class PortTransformer(cst.CSTTransformer):
             if isinstance(updated, cst.Call) and m.matches(updated.func, m.Name("str")) and \
                     len(updated.args) == 1 and is_devicekit_call(updated.args[0].value, "device"):
                 return updated.args[0].value
-        if want == "device" and allow_int and self.facts.holds_rank(updated):
+        if want == "device" and allow_int and self.facts.holds_rank(original):
             return device_call(updated)
         return None
 
@@ -191,6 +213,7 @@ class PortTransformer(cst.CSTTransformer):
     # the node types plugins register leave rules for
     leave_IfExp = leave_Assign = leave_AnnAssign = leave_Return = leave_Param = _leave
     leave_Comparison = leave_Import = leave_ImportFrom = leave_Decorator = leave_Dict = _leave
+    leave_Assert = leave_If = leave_SimpleStatementLine = leave_BooleanOperation = _leave
 
     # Import statements name modules, not references: only their leave rules see them.
     def visit_Import(self, node: cst.Import) -> bool:

@@ -82,4 +82,5 @@ PLUGINS = [importlib.import_module(f"{__name__}.{name}") for name in (
     "device_argument", "autocast", "grad_scaler", "init_process_group", "ddp_device_ids",
     "spawn_launch", "destroy_process_group", "torch_cuda_api", "out_of_memory_error",
     "map_location", "backend", "argparse_default", "master_env_setdefault", "device_string",
+    "accelerator_branch", "accelerator_guard", "capability_question", "npu_setting",
     "harmless", "manual")]

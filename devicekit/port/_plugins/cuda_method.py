@@ -1,6 +1,6 @@
-"""Rule `cuda-method`: `x.cuda()`, `x.cuda(i)`, `x.cuda(i, non_blocking=True)` ->
-`x.to(devicekit.device(i), non_blocking=True)`. A `.cuda(*args)` whose arguments cannot
-be read is reported for a manual change."""
+"""Rule `cuda-method`: `x.cuda()`, `x.cuda(i)`, `x.cuda(i, non_blocking=True)`, and
+Ascend's `x.npu()` & co. -> `x.to(devicekit.device(i), non_blocking=True)`. A
+`.cuda(*args)` whose arguments cannot be read is reported for a manual change."""
 
 from typing import TYPE_CHECKING, Set
 
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-@call(lambda port, qualified, method: method == "cuda" and "torch.cuda" not in qualified)
+@call(lambda port, qualified, method: method in ("cuda", "npu")
+      and not qualified & {"torch.cuda", "torch.npu"})
 def cuda_method(port: "PortTransformer", original: cst.Call, updated: cst.Call,
                 qualified: Set[str]) -> cst.Call:
     """x.cuda(), x.cuda(i), x.cuda(i, non_blocking=True) -> x.to(devicekit.device(i), ...)."""

@@ -1,11 +1,13 @@
-"""Rule `grad-scaler`: `torch.cuda.amp.GradScaler(...)`, `torch.amp.GradScaler("cuda", ...)`
--> `devicekit.GradScaler(enabled=True, ...)`: a real scaler on a GPU, as before. Arguments
-that cannot be read are reported for a manual change; a scaler for another device is left
-alone."""
+"""Rule `grad-scaler`: `torch.cuda.amp.GradScaler(...)`, `torch.amp.GradScaler("cuda", ...)`,
+`torch.npu.amp.GradScaler(...)` -> `devicekit.GradScaler(enabled=True, ...)`: a real scaler
+on a GPU or an NPU, as before. Arguments that cannot be read, and torch_npu's static
+scaling (`dynamic=False`), are reported for a manual change; a scaler for another device is
+left alone."""
 
 from typing import TYPE_CHECKING, Optional, Set
 
 import libcst as cst
+import libcst.matchers as m
 
 from devicekit.port import names
 from devicekit.port._plugins import call
@@ -21,10 +23,16 @@ def grad_scaler(port: "PortTransformer", original: cst.Call, updated: cst.Call,
                 qualified: Set[str]) -> Optional[cst.Call]:
     """torch.cuda.amp.GradScaler(...), torch.amp.GradScaler("cuda", ...) ->
     devicekit.GradScaler(enabled=True, ...)."""
-    cuda_only = bool(qualified & names.CUDA_GRAD_SCALER)
-    params = names.CUDA_GRAD_SCALER_PARAMS if cuda_only else names.DEVICE_GRAD_SCALER_PARAMS
+    if qualified & names.NPU_GRAD_SCALER:
+        params = names.NPU_GRAD_SCALER_PARAMS
+    elif qualified & names.CUDA_GRAD_SCALER:
+        params = names.CUDA_GRAD_SCALER_PARAMS
+    else:
+        params = names.DEVICE_GRAD_SCALER_PARAMS
     bound = bound_args(updated, params)
-    if len(bound) != len(updated.args):
+    dynamic = bound.pop("dynamic", None)  # torch_npu's; True is every scaler's behaviour
+    if len(bound) + (dynamic is not None) != len(updated.args) or (
+            dynamic is not None and not m.matches(dynamic.value, m.Name("True"))):
         port.report(original, names.REASONS["grad-scaler-args"])
         return updated
     device = bound.pop("device", None)

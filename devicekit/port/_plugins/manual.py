@@ -1,7 +1,7 @@
 """Reported for a manual change, and left alone: what has no portable equivalent
 (names.MANUAL: CUDA events, streams and graphs, NVTX, device properties, nn.DataParallel,
-C++/CUDA extensions, apex, cupy, triton, pynvml, ...) and any torch.cuda name no other
-rule ports. Imports of the CUDA-only packages and their decorators (`@triton.jit`) are
+C++/CUDA extensions, apex, cupy, triton, pynvml, torch_npu's operators, optimizers and
+profiler, ...) and any torch.cuda or torch.npu name no other rule ports. Imports of the CUDA-only packages and their decorators (`@triton.jit`) are
 reported too. Each item says why and what to do instead."""
 
 from typing import TYPE_CHECKING, Set, Union
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Set, Union
 import libcst as cst
 
 from devicekit.port import names
-from devicekit.port._plugins import leave, reference, unported_call
+from devicekit.port._plugins import leave, npu_setting, reference, unported_call
 from devicekit.port.nodes import code
 
 if TYPE_CHECKING:
@@ -48,25 +48,32 @@ def decorator(port: "PortTransformer", original: cst.Decorator, updated: cst.Dec
             port.report(original, names.manual_reason(name))
 
 
+_DEVICE_MODULES = ("torch.cuda.", "torch.npu.", "torch_npu.npu.")
+
+
 @unported_call
 def manual_call(port: "PortTransformer", original: cst.Call, qualified: Set[str]) -> None:
-    """`torch.nn.DataParallel(model)`, `torch.utils.cpp_extension.load(...)`."""
+    """`torch.nn.DataParallel(model)`, `torch.utils.cpp_extension.load(...)`,
+    `torch_npu.npu_format_cast(...)`."""
     for name in qualified:
         reason = names.manual_reason(name)
-        if reason and not name.startswith("torch.cuda."):  # torch.cuda: torch_cuda below
+        if reason and not name.startswith(_DEVICE_MODULES):  # those: device_module below
             port.report(original, reason)
 
 
 @reference
-def torch_cuda(port: "PortTransformer", original: Union[cst.Name, cst.Attribute],
-               updated: cst.BaseExpression, name: str) -> None:
-    """`torch.cuda.Event(...)`, `torch.cuda.get_device_name()`: the call, or the name
-    where it is not called. Registered last: what an earlier rule ported is not reported."""
-    if not name.startswith("torch.cuda."):
-        return
-    short = name[len("torch.cuda."):]
+def device_module(port: "PortTransformer", original: Union[cst.Name, cst.Attribute],
+                  updated: cst.BaseExpression, name: str) -> None:
+    """`torch.cuda.Event(...)`, `torch.npu.get_device_name()`: the call, or the name where
+    it is not called. Registered last: what an earlier rule ported is not reported."""
+    if not name.startswith(_DEVICE_MODULES) or port.is_twin(original, name):
+        return  # an Ascend name is reported as itself, not as its CUDA twin
+    cuda = names.cuda_twin(name) or name
+    short = cuda[len("torch.cuda."):]
     called = port.call_of(original)
-    if called is not None and (short in names.DEVICEKIT_FUNCTIONS or name in names.AUTOCAST
-                               or name in names.CUDA_GRAD_SCALER):
+    if called is not None and (short in names.DEVICEKIT_FUNCTIONS or cuda in names.AUTOCAST
+                               or cuda in names.CUDA_GRAD_SCALER):
         return  # the call rules port it with its arguments
+    if names.npu_setting(name) and npu_setting.is_guarded(port, original):
+        return
     port.report(original if called is None else called, names.manual_reason(name))

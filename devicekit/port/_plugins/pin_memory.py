@@ -4,6 +4,8 @@
   `DataLoader(..., pin_memory=devicekit.pin_memory())`;
 - rule `pin-memory-call`: `x.pin_memory()` -> `(x.pin_memory() if devicekit.pin_memory()
   else x)`; on anything but a name or an attribute it is reported for a manual change.
+  Under `if device_type == "cuda":` (ported to `devicekit.is_accelerator(device_type)`)
+  it is left as it is: an accelerator is there.
 """
 
 from typing import TYPE_CHECKING, Optional, Set
@@ -13,6 +15,7 @@ import libcst.matchers as m
 
 from devicekit.port import names
 from devicekit.port._plugins import call, keyword
+from devicekit.port.branches import guarded_by_accelerator
 from devicekit.port.nodes import devicekit_call, is_devicekit_call, replace_arg_value
 
 if TYPE_CHECKING:
@@ -29,6 +32,8 @@ def pin_memory_method(port: "PortTransformer", original: cst.Call, updated: cst.
     if updated.args or m.matches(receiver, m.Name("devicekit")) or (
             isinstance(parent, cst.IfExp) and is_devicekit_call(parent.test, "pin_memory")):
         return None  # ported already
+    if guarded_by_accelerator(port, original):
+        return None  # `if device_type == "cuda": x.pin_memory()`: an accelerator is there
     if not isinstance(receiver, (cst.Name, cst.Attribute)):
         port.report(original, names.REASONS["pin-memory-call"])
         return updated

@@ -1,0 +1,84 @@
+"""Rule `accelerator-branch`: a comparison with an accelerator's name asks "is this device
+an accelerator?", and follows devicekit's answer:
+
+- `"cuda" in device`, `device.startswith("cuda")`, `device_type == "cuda"`,
+  `device.type == "npu"` -> `devicekit.is_accelerator(device)` (`device_type`, ...);
+- `"cuda" not in device`, `device_type != "cuda"` -> `not devicekit.is_accelerator(...)`.
+
+Left as written, `device_type = "cuda" if "cuda" in device else "cpu"` is "cpu" on an
+NPU: autocast then wraps NPU tensors and does nothing, the synchronize before a timer is
+skipped, fused AdamW is not used. On a GPU the ported test answers as before.
+
+A comparison with devicekit's own answer (`devicekit.device_type() == "npu"`) is left as it
+is. A comparison with a backend name (`backend == "nccl"`) or an indexed device string
+(`device == "cuda:0"`), or one in a chain (`a == "cuda" == b`), is reported for a manual
+change: what it asks cannot be read from the comparison alone.
+"""
+
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+import libcst.matchers as m
+
+from devicekit.port._plugins import call, leave
+from devicekit.port.branches import is_accelerator_name
+from devicekit.port.nodes import ACCELERATOR_TYPES, BACKENDS, devicekit_call, string_value
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+_RULE = "accelerator-branch"
+_MANUAL = ("a comparison with a backend or an indexed device name: what it asks cannot be "
+           "read from it", "write devicekit.is_accelerator(device) for \"is this an "
+           "accelerator?\", or compare with devicekit.backend() / devicekit.device(i)")
+
+
+def _names_a_device(node: cst.CSTNode) -> bool:
+    text = string_value(node)
+    return text is not None and (text in BACKENDS or text.split(":")[0] in ACCELERATOR_TYPES)
+
+
+def _asks_devicekit(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(
+        value=m.Name("devicekit")))
+
+
+def _asks(value: cst.BaseExpression, negated: bool, like: cst.CSTNode) -> cst.BaseExpression:
+    """`devicekit.is_accelerator(value)` (negated: `not ...`), with `like`'s parentheses."""
+    asked: cst.BaseExpression = devicekit_call("is_accelerator", cst.Arg(value))
+    if negated:
+        asked = cst.UnaryOperation(operator=cst.Not(), expression=asked)
+    return asked.with_changes(lpar=like.lpar, rpar=like.rpar)
+
+
+@leave(cst.Comparison)
+def comparison(port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
+               ) -> Optional[cst.BaseExpression]:
+    """"cuda" in device, device_type == "cuda" -> devicekit.is_accelerator(...)."""
+    operands = [original.left] + [c.comparator for c in original.comparisons]
+    if not any(map(_names_a_device, operands)) or any(map(_asks_devicekit, operands)):
+        return None  # `devicekit.device_type() == "npu"` asks devicekit already
+    if len(original.comparisons) == 1:
+        operator = original.comparisons[0].operator
+        left, right = updated.left, updated.comparisons[0].comparator
+        if isinstance(operator, (cst.Equal, cst.NotEqual)):
+            named = [side for side in (left, right) if is_accelerator_name(side)]
+            if len(named) == 1:
+                other = right if named[0] is left else left
+                return port.changed(original, _RULE, _asks(
+                    other, isinstance(operator, cst.NotEqual), original))
+        if isinstance(operator, (cst.In, cst.NotIn)) and is_accelerator_name(left):
+            return port.changed(original, _RULE, _asks(
+                right, isinstance(operator, cst.NotIn), original))
+    port.report(original, _MANUAL)
+    return None
+
+
+@call(lambda port, qualified, method: method == "startswith")
+def startswith(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+               qualified: Set[str]) -> Optional[cst.BaseExpression]:
+    """device.startswith("cuda") -> devicekit.is_accelerator(device)."""
+    if len(updated.args) != 1 or updated.args[0].keyword is not None or \
+            not is_accelerator_name(updated.args[0].value):
+        return None
+    return port.changed(original, _RULE, _asks(updated.func.value, False, original))

@@ -1,0 +1,77 @@
+"""Rule `npu-setting`: a process-wide Ascend setting written as a statement of its own
+(`torch.npu.set_compile_mode(jit_compile=False)`, `torch.npu.set_option({...})`,
+`torch.npu.config.allow_internal_format = False`, `torch.npu.matmul.allow_hf32 = True`,
+or the same under torch_npu.npu) runs under `if devicekit.device_type() == "npu":`: on an
+NPU as before (devicekit has imported torch_npu there), elsewhere not at all, where
+torch.npu does not exist. Inside a larger expression it is reported for a manual change.
+"""
+
+from typing import TYPE_CHECKING, Optional
+
+import libcst as cst
+import libcst.matchers as m
+
+from devicekit.port import names
+from devicekit.port._plugins import leave
+from devicekit.port.nodes import devicekit_call
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+def _target(small: cst.BaseSmallStatement) -> Optional[cst.BaseExpression]:
+    """What a one-statement setting names: the function called or the attribute set."""
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return small.value.func
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        return small.targets[0].target
+    return None
+
+
+_GUARD = m.Comparison(
+    left=m.Call(func=m.Attribute(value=m.Name("devicekit"), attr=m.Name("device_type"))),
+    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())])
+
+
+def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> bool:
+    block = port.parent(line)
+    statement = port.parent(block) if block is not None else None
+    return isinstance(statement, cst.If) and m.matches(statement.test, _GUARD)
+
+
+def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> Optional[str]:
+    """"set_compile_mode" & co. for a line that is one NPU setting, else None."""
+    if len(line.body) != 1 or _target(line.body[0]) is None:
+        return None
+    found = [names.npu_setting(n) for n in port.qualified(_target(line.body[0]))]
+    return next((short for short in found if short), None)
+
+
+def is_guarded(port: "PortTransformer", node: cst.CSTNode) -> bool:
+    """Whether `node` (a name or attribute) is the setting a line of its own makes, which
+    this rule guards."""
+    line = port.parent(port.statement_of(node))
+    return isinstance(line, cst.SimpleStatementLine) and _setting(port, line) is not None \
+        and _target(line.body[0]) is node
+
+
+@leave(cst.SimpleStatementLine)
+def npu_setting(port: "PortTransformer", original: cst.SimpleStatementLine,
+                updated: cst.SimpleStatementLine) -> Optional[cst.If]:
+    """torch.npu.set_compile_mode(jit_compile=False) -> the same, under
+    `if devicekit.device_type() == "npu":`."""
+    short = _setting(port, original)
+    if short is None or _guarded_already(port, original):
+        return None
+    small = updated.body[0]
+    target = cst.parse_expression(f"torch.npu.{short}")  # torch_npu.npu.X is torch.npu.X
+    if isinstance(small, cst.Expr):
+        small = small.with_changes(value=small.value.with_changes(func=target))
+    else:
+        small = small.with_changes(targets=[small.targets[0].with_changes(target=target)])
+    test = cst.Comparison(left=devicekit_call("device_type"), comparisons=[
+        cst.ComparisonTarget(operator=cst.Equal(), comparator=cst.SimpleString('"npu"'))])
+    inner = updated.with_changes(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+                                 leading_lines=())
+    return port.changed(original, "npu-setting", cst.If(
+        test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines))

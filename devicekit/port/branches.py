@@ -1,0 +1,47 @@
+"""What the test of a branch asks: "is there (or is this) an accelerator?" Shared by the
+rules that port such tests and those that leave alone what runs only under them."""
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+import libcst.matchers as m
+
+from devicekit.port.nodes import ACCELERATOR_TYPES, string_value
+
+if TYPE_CHECKING:
+    from devicekit.port.transformer import PortTransformer
+
+
+def is_accelerator_name(node: cst.CSTNode) -> bool:
+    """Whether `node` is the string "cuda" or "npu"."""
+    return string_value(node) in ACCELERATOR_TYPES
+
+
+def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> bool:
+    """`"cuda" in device`, `device_type == "npu"`, `device.startswith("cuda")`,
+    `torch.cuda.is_available()`, or their ported forms."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operator, left = test.comparisons[0].operator, test.left
+        right = test.comparisons[0].comparator
+        return (isinstance(operator, cst.Equal) and
+                (is_accelerator_name(left) or is_accelerator_name(right))) or \
+            (isinstance(operator, cst.In) and is_accelerator_name(left))
+    if isinstance(test, cst.Call):
+        if m.matches(test.func, m.Attribute(attr=m.Name("startswith"))) and \
+                len(test.args) == 1 and is_accelerator_name(test.args[0].value):
+            return True
+        return bool(port.qualified(test.func) & {
+            "torch.cuda.is_available", "devicekit.is_available", "devicekit.is_accelerator"})
+    return False
+
+
+def guarded_by_accelerator(port: "PortTransformer", node: cst.CSTNode) -> bool:
+    """Whether `node` (of the original tree) runs only in the branch of an
+    `if <accelerator test>:` (so an accelerator is there when it runs)."""
+    child, parent = node, port.parent(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, cst.If) and parent.body is child and \
+                asks_for_accelerator(port, parent.test):
+            return True
+        child, parent = parent, port.parent(parent)
+    return False

@@ -63,6 +63,38 @@ def test_device_functions_on_a_cpu():
     assert torch.equal(torch.rand(3), first)
 
 
+def test_is_accelerator_reads_the_device_type_of_any_spelling():
+    for device in ("cuda", "cuda:1", "npu", "npu:0", torch.device("cpu", 0)):
+        expected = not str(device).startswith("cpu")
+        assert devicekit.is_accelerator(device) is expected, device
+    assert not devicekit.is_accelerator("meta") and not devicekit.is_accelerator("mps")
+
+
+def test_a_cpu_has_bf16():
+    runtime.kind("cpu")
+    assert devicekit.is_bf16_supported() is True
+
+
+def test_a_usage_error_escaping_a_script_is_one_line_and_exit_2(tmp_path):
+    path = script(tmp_path, """\
+        import devicekit
+        devicekit.set_device(0)  # asks for the device kind: the NPU, absent here
+        print("not reached")
+        """)
+    result = run(tmp_path, [PY, path], DEVICEKIT_DEVICE="npu")
+    assert result.returncode == 2, describe([result])
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("error: DEVICEKIT_DEVICE=npu: torch_npu is not installed")
+    assert "Traceback" not in result.stderr and "not reached" not in result.stdout
+
+
+def test_other_exceptions_keep_their_traceback(tmp_path):
+    path = script(tmp_path, "import devicekit\nraise ValueError('a bug')\n")
+    result = run(tmp_path, [PY, path])
+    assert result.returncode == 1 and "Traceback" in result.stderr
+    assert "ValueError: a bug" in result.stderr
+
+
 def test_before_init_a_plain_process_is_rank_0_of_1():
     assert (devicekit.rank(), devicekit.world_size(), devicekit.local_rank()) == (0, 1, 0)
     assert devicekit.is_main_process()

@@ -728,11 +728,12 @@ def python(script, *args):
     return [sys.executable, str(script), *map(str, args)]
 
 
-def run(tmp_path, name, argv):
-    """Run `argv` to the end (timeout, nothing left running); its output. A failure or a
-    traceback fails the test."""
+def run(tmp_path, name, argv, environ=None):
+    """Run `argv` to the end (timeout, nothing left running) in `environ` (default: the
+    CPU); its output. A failure or a traceback fails the test."""
     with Processes(tmp_path / name) as procs:
-        [result] = procs.finish_all([procs.start(name, argv, cpu_env())], RUN_TIMEOUT_S)
+        [result] = procs.finish_all([procs.start(name, argv, environ or cpu_env())],
+                                    RUN_TIMEOUT_S)
     assert result.returncode == 0, describe([result])
     assert "Traceback" not in result.stderr, describe([result])
     return result
@@ -890,3 +891,96 @@ def test_the_projects_own_application_code_has_nothing_cuda_only(capsys):
     code = main(["--check", *(str(Path(ROOT) / name)
                               for name in ("main.py", "trainer", "models", "examples"))])
     assert code == 0, capsys.readouterr()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["python", "torchrun"])
+def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
+    script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
+    argv = (torchrun if launcher == "torchrun" else python)(script, f"--out_dir={out}")
+    result = run(tmp_path, "nanogpt", argv)
+    processes = 2 if launcher == "torchrun" else 1
+    [(final, first)] = re.findall(
+        rf"trained on cpu in float16 on {processes} process\(es\): val loss (\d+\.\d+) "
+        r"\(first (\d+\.\d+)\)", result.stdout)
+    assert float(final) < float(first) - 0.1, result.stdout
+    assert (out / "ckpt.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["own", "torchrun"])
+def test_rank_as_device_runs(ported_corpus, tmp_path, launcher):
+    script = ported_corpus / "rank_as_device.py"
+    if launcher == "torchrun":
+        result = run(tmp_path, "ddp", torchrun(script))
+    else:  # its MASTER_PORT 12345 yields to a free one given in the environment
+        result = run(tmp_path, "ddp", python(script), dict(
+            cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())))
+    accuracies = re.findall(r"\[GPU(\d)\] Training accuracy (\d\.\d+)", result.stdout)
+    assert sorted(rank for rank, _ in accuracies) == ["0", "1"], result.stdout
+    assert all(float(value) > 0.9 for _, value in accuracies), result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["alone", "own", "torchrun"])
+def test_ascend_ddp_runs_without_torch_npu(ported_corpus, tmp_path, launcher):
+    script, saved = ported_corpus / "ascend_ddp.py", tmp_path / "model.pt"
+    assert "torch_npu" not in (ported_corpus / "ascend_ddp.py").read_text().split('"""')[2]
+    common = ["--epochs", 2, "--amp", "--save", saved]
+    if launcher == "torchrun":
+        argv = torchrun(script, "--dist-url", "env://", *common)
+    elif launcher == "own":  # its mp.spawn, now devicekit.launch: one rank per device
+        argv = python(script, "--multiprocessing-distributed", "--world-size", 1, "--rank", 0,
+                      "--dist-url", f"tcp://127.0.0.1:{free_port()}", *common)
+    else:
+        argv = python(script, *common)
+    result = run(tmp_path, launcher, argv)
+    ranks = 1 if launcher == "alone" else 2
+    finals = re.findall(r"\[rank (\d)\] epoch 1 loss \d\.\d+ accuracy (\d+\.\d) % in [\d.]+ s "
+                        r"on cpu", result.stdout)
+    assert len(finals) == ranks and all(float(a) > 90 for _, a in finals), result.stdout
+    assert saved.exists()
+
+
+def standin_env():
+    environ = clean_environ(DEVICEKIT_SIMULATE="npu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
+    environ.pop("DEVICEKIT_DEVICE", None)
+    return environ
+
+
+PROBE = Path(__file__).resolve().parent / "npu_standin" / "branch_probe.py"
+
+
+@pytest.mark.slow
+def test_nanogpt_style_takes_the_accelerators_branch_on_the_npu_stand_in(ported_corpus,
+                                                                         tmp_path):
+    """On an NPU the ported trainer autocasts on npu (in bfloat16: the NPU has it) and
+    synchronizes before each timing; the original, on the same machine, cannot run."""
+    script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", str(PROBE), str(script), "--max_iters=10", f"--out_dir={out}"]
+    result = run(tmp_path, "npu", argv, standin_env())
+    assert "trained on npu in bfloat16 on 2 process(es)" in result.stdout, result.stdout
+    assert "using fused AdamW: True" in result.stdout
+    for rank in (0, 1):
+        assert f"PROBE rank={rank} autocast=['npu:torch.bfloat16'] synchronize=10" \
+            in result.stdout, result.stdout
+    with Processes(tmp_path / "original") as procs:
+        [original] = procs.finish_all([procs.start("original", python(
+            CORPUS / "nanogpt_style.py", "--max_iters=2", f"--out_dir={out}"),
+            standin_env())], RUN_TIMEOUT_S)
+    assert original.returncode != 0 and "Torch not compiled with CUDA enabled" in \
+        original.stderr
+
+
+@pytest.mark.slow
+def test_ascend_ddp_runs_on_the_npu_stand_in_under_torchrun(ported_corpus, tmp_path):
+    script = ported_corpus / "ascend_ddp.py"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", str(PROBE), str(script), "--dist-url", "env://", "--epochs", 2, "--amp"]
+    result = run(tmp_path, "npu", [str(a) for a in argv], standin_env())
+    for rank in (0, 1):
+        assert re.search(rf"\[rank {rank}\] epoch 1 .* on npu:{rank}", result.stdout)
+        assert f"PROBE rank={rank} autocast=['npu:torch.float16'] synchronize=2" \
+            in result.stdout, result.stdout
+

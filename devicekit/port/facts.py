@@ -98,13 +98,14 @@ class Facts(cst.BatchableCSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         scope = self.get_metadata(ScopeProvider, node, None)
-        if not isinstance(scope, FunctionScope) or node.value not in scope:
+        if scope is None or node.value not in scope:
             return
-        assignments = list(scope[node.value])
-        if assignments and all(isinstance(a, cst.metadata.Assignment) and
-                               isinstance(a.node, cst.Param) and a.scope is scope
-                               for a in assignments):
-            self._parameter_of[id(node)] = (id(scope.node), node.value)
+        assignments = list(scope[node.value])  # of this scope, or one it is nested in
+        owners = {id(a.scope) for a in assignments}
+        if assignments and len(owners) == 1 and all(
+                isinstance(a, cst.metadata.Assignment) and isinstance(a.node, cst.Param)
+                and isinstance(a.scope, FunctionScope) for a in assignments):
+            self._parameter_of[id(node)] = (id(assignments[0].scope.node), node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name):

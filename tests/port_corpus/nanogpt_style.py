@@ -23,15 +23,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # -- config (each can be overridden as --name=value) -------------------------------------
 out_dir = "out"
-max_iters = 30
-eval_interval = 10
-log_interval = 5
+max_iters = 40
+eval_interval = 20
+log_interval = 10
 eval_iters = 4
 batch_size = 8
 block_size = 32
 gradient_accumulation_steps = 2
 n_layer, n_head, n_embd, vocab_size = 2, 2, 48, 64
-learning_rate, min_lr, warmup_iters = 3e-3, 3e-4, 5
+learning_rate, min_lr, warmup_iters = 1e-2, 1e-3, 5
 weight_decay, beta1, beta2, grad_clip = 0.1, 0.9, 0.95, 1.0
 backend = "nccl"
 device = "cuda"

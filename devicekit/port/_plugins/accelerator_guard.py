@@ -14,8 +14,10 @@ was ported:
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import libcst as cst
+import libcst.matchers as m
 
 from devicekit.port._plugins import leave
+from devicekit.port.nodes import code
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
@@ -23,8 +25,8 @@ if TYPE_CHECKING:
 _RULE = "accelerator-guard"
 _AVAILABLE = "torch.cuda.is_available"  # torch.npu's is its twin
 _COUNT = "torch.cuda.device_count"
-_STOPPERS = {"print", "exit", "quit", "sys.exit", "os._exit", "warnings.warn",
-             "logging.error", "logging.warning", "logging.critical", "logging.info"}
+_STOPPERS = {"print", "exit", "quit", "sys.exit", "os._exit", "warnings.warn"}
+_LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical"}  # logging.x, log.x
 
 
 def _is_call_of(port: "PortTransformer", node: cst.CSTNode, name: str) -> bool:
@@ -54,8 +56,13 @@ def _only_stops(port: "PortTransformer", block: cst.BaseSuite) -> bool:
     return bool(smalls) and all(
         isinstance(small, (cst.Raise, cst.Return)) or (
             isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
-            and port.qualified(small.value.func) & _STOPPERS)
+            and _reports_or_stops(small.value.func))
         for small in smalls)
+
+
+def _reports_or_stops(func: cst.BaseExpression) -> bool:
+    return code(func) in _STOPPERS or m.matches(func, m.Attribute(
+        value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS))))
 
 
 @leave(cst.Assert)

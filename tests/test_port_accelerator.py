@@ -1,0 +1,151 @@
+"""`devicekit port` on the questions scripts ask about the accelerator: "is this device an
+accelerator?" (`"cuda" in device`), "is there one?" (guards that refuse to run without a
+GPU), "does it have bf16?", and the integer rank used as a device through calls. Each
+must follow devicekit's answer, so that the ported script takes the accelerator's branch
+on an NPU and still runs on a CPU."""
+
+import textwrap
+
+import pytest
+
+from devicekit.port import port_source
+
+HEADER = "import os\nimport sys\nimport torch\n"
+
+
+def port(snippet: str):
+    """(the ported snippet without the header and `import devicekit`, the report)."""
+    out, report = port_source((HEADER + textwrap.dedent(snippet)).encode())
+    text = out.decode()
+    assert text.startswith(HEADER), text
+    return text[len(HEADER):].replace("import devicekit\n", "", 1), report
+
+
+# (what, CUDA-only line, ported line)
+BRANCHES = [
+    ("'cuda' in device", "device_type = 'cuda' if 'cuda' in device else 'cpu'",
+     "device_type = devicekit.device_type() if devicekit.is_accelerator(device) else 'cpu'"),
+    ("startswith('cuda')", 'device_type = "cuda" if device.startswith("cuda") else "cpu"',
+     'device_type = devicekit.device_type() if devicekit.is_accelerator(device) else "cpu"'),
+    ("device_type == 'cuda'", "use_fused = fused_available and device_type == 'cuda'",
+     "use_fused = fused_available and devicekit.is_accelerator(device_type)"),
+    ("'cuda' == device_type", "on_gpu = 'cuda' == device_type",
+     "on_gpu = devicekit.is_accelerator(device_type)"),
+    ("device.type == 'cuda'", "use_cuda = device.type == 'cuda'",
+     "use_cuda = devicekit.is_accelerator(device.type)"),
+    ("device_type != 'cuda'", "on_host = device_type != 'cuda'",
+     "on_host = not devicekit.is_accelerator(device_type)"),
+    ("'cuda' not in device", "on_host = ('cuda' not in device)",
+     "on_host = (not devicekit.is_accelerator(device))"),
+    ("device_type == 'npu'", "on_npu = device_type == 'npu'",
+     "on_npu = devicekit.is_accelerator(device_type)"),
+    ("guarded synchronize", "if device_type == 'cuda':\n    torch.cuda.synchronize()",
+     "if devicekit.is_accelerator(device_type):\n    devicekit.synchronize()"),
+    ("bf16 question",
+     "dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() "
+     "else 'float16'",
+     "dtype = 'bfloat16' if devicekit.is_available() and devicekit.is_bf16_supported() "
+     "else 'float16'"),
+]
+
+
+@pytest.mark.parametrize("what, before, after", BRANCHES, ids=[b[0] for b in BRANCHES])
+def test_the_accelerator_question_follows_devicekit(what, before, after):
+    text, report = port(before + "\n")
+    assert text == after + "\n"
+    assert report.manual == [] and report.info == [], "nothing kept as 'harmless'"
+    again, second = port_source(("import devicekit\n" + HEADER + after + "\n").encode())
+    assert second.changes == [] and second.manual == []
+
+
+@pytest.mark.parametrize("snippet, construct", [
+    ("same = device == 'cuda:0'", "device == 'cuda:0'"),
+    ("nccl = args.dist_backend == 'nccl'", "args.dist_backend == 'nccl'"),
+    ("chained = a == 'cuda' == b", "a == 'cuda' == b"),
+])
+def test_a_comparison_whose_question_is_unclear_is_manual_not_kept(snippet, construct):
+    text, report = port(snippet + "\n")
+    assert text == snippet + "\n" and report.info == []
+    [item] = report.manual
+    assert item.construct == construct and "devicekit.is_accelerator(device)" in item.fix
+
+
+def test_a_comparison_with_devicekits_answer_is_left_alone():
+    snippet = 'if devicekit.device_type() == "cuda":\n    pass\n'
+    out, report = port_source(("import devicekit\n" + snippet).encode())
+    assert out.decode() == "import devicekit\n" + snippet and not report.changes
+
+
+GUARDS = [
+    ("assert", 'assert torch.cuda.is_available(), "we need CUDA for DDP"\nx = 1', "x = 1"),
+    ("assert device_count", "assert torch.cuda.device_count() > 0\nx = 1", "x = 1"),
+    ("if not available: exit",
+     'if not torch.cuda.is_available():\n    print("needs a GPU")\n    sys.exit(1)\nx = 1',
+     "x = 1"),
+    ("one-line raise", "def f():\n    if not torch.cuda.is_available(): raise SystemExit('GPU')\n"
+     "    return 1", "def f():\n    return 1"),
+    ("available or exit",
+     "if torch.cuda.is_available():\n    x = 1  # one GPU\nelse:\n    sys.exit('no GPU')",
+     "x = 1  # one GPU"),
+    ("elif available or exit",
+     "if 'RANK' in os.environ:\n    x = 0\nelif torch.cuda.is_available():\n    x = 1\n"
+     "else:\n    print('Does not support training without GPU.')\n    sys.exit(1)",
+     "if 'RANK' in os.environ:\n    x = 0\nelse:\n    x = 1"),
+]
+
+
+@pytest.mark.parametrize("what, before, after", GUARDS, ids=[g[0] for g in GUARDS])
+def test_a_guard_that_demands_a_gpu_goes(what, before, after):
+    text, report = port(before + "\n")
+    assert text == after + "\n"
+    assert {c.rule for c in report.changes} == {"accelerator-guard"}
+
+
+def test_a_guard_that_does_more_than_stop_stays():
+    text, report = port("if not torch.cuda.is_available():\n    device = 'cpu'\n")
+    assert text == "if not devicekit.is_available():\n    device = 'cpu'\n"
+
+
+def test_a_half_portable_capability_question_is_left_whole_and_manual():
+    line = "ok = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8\n"
+    text, report = port(line)
+    assert text == line and report.changes == []
+    whole = [m for m in report.manual if m.construct == line[5:].strip()]
+    assert whole and "devicekit.is_bf16_supported()" in whole[0].fix
+
+
+def test_pin_memory_under_an_accelerator_branch_is_left_as_it_is():
+    text, _ = port("if device_type == 'cuda':\n    x = x.pin_memory().to(device)\n"
+                   "y = y.pin_memory()\n")
+    assert text == ("if devicekit.is_accelerator(device_type):\n"
+                    "    x = x.pin_memory().to(device)\n"
+                    "y = (y.pin_memory() if devicekit.pin_memory() else y)\n")
+
+
+def test_a_rank_passed_through_calls_becomes_a_device_where_it_is_used():
+    text, _ = port("""\
+        def loss_of(batch, model, device):
+            return model(batch.to(device))
+
+        def evaluate(model, loader, where):
+            return [loss_of(b, model, device=where) for b in loader]
+
+        def worker(rank, world_size):
+            evaluate(model, loader, rank)
+            evaluate(model, loader, where=rank)
+
+        torch.multiprocessing.spawn(worker, args=(2,), nprocs=2)
+        """)
+    assert "return model(batch.to(devicekit.device(device)))" in text
+
+
+def test_a_parameter_also_given_a_device_is_not_taken_for_a_rank():
+    text, _ = port("""\
+        def loss_of(batch, device):
+            return batch.to(device)
+
+        def worker(rank):
+            loss_of(b, rank)
+            loss_of(b, torch.device("cpu"))
+        """)
+    assert "return batch.to(device)" in text

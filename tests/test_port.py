@@ -746,6 +746,15 @@ def losses(pattern, text):
 
 
 @pytest.mark.slow
+def test_check_is_clean_on_the_ported_corpus(ported_corpus, tmp_path, capsys):
+    code, out, _ = run_port(capsys, "--check", "--report", tmp_path / "r.json", ported_corpus)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["summary"]["changes"] == 0, out
+    assert [m["construct"] for f in report["files"] for m in f["manual"]] == [
+        "torch.nn.DataParallel(model)"] and code == 1
+
+
+@pytest.mark.slow
 def test_ddp_trainer_runs_under_torchrun_and_resumes(ported_corpus, tmp_path):
     script, snapshot = ported_corpus / "ddp_trainer.py", tmp_path / "snapshot.pt"
     first = run(tmp_path, "first", torchrun(script, "--epochs", 3, "--save-every", 3,

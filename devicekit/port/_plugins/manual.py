@@ -7,6 +7,7 @@ reported too. Each item says why and what to do instead."""
 from typing import TYPE_CHECKING, Set, Union
 
 import libcst as cst
+import libcst.matchers as m
 
 from devicekit.port import names
 from devicekit.port._plugins import leave, npu_setting, reference, unported_call
@@ -55,6 +56,9 @@ _DEVICE_MODULES = ("torch.cuda.", "torch.npu.", "torch_npu.npu.")
 def manual_call(port: "PortTransformer", original: cst.Call, qualified: Set[str]) -> None:
     """`torch.nn.DataParallel(model)`, `torch.utils.cpp_extension.load(...)`,
     `torch_npu.npu_format_cast(...)`."""
+    if m.matches(original.func, m.Attribute(value=m.Call())):
+        return  # `DataParallel(model).to(d)`: libcst names it DataParallel.to; the inner call
+        # is the one to report
     for name in qualified:
         reason = names.manual_reason(name)
         if reason and not name.startswith(_DEVICE_MODULES):  # those: device_module below

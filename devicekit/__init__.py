@@ -45,7 +45,7 @@ from devicekit.distributed import (  # noqa: E402
 from devicekit.errors import (  # noqa: E402
     UsageError, exit_on_usage_error, report_usage_errors, warn)
 from devicekit.kinds import register_kind  # noqa: E402
-from devicekit.launch import LaunchContext, LaunchOptions  # noqa: E402
+from devicekit.environments import LaunchContext, LaunchOptions  # noqa: E402
 from devicekit.processes import (  # noqa: E402
     RankFailed, die_with_launcher, launch, nprocs_per_node)
 from devicekit.seeding import seed_everything  # noqa: E402
@@ -64,7 +64,7 @@ report_usage_errors()
 # A rank of launch/run_8p.sh dies with it, even when the script is SIGKILLed.
 die_with_launcher()
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "GradScaler", "LaunchContext", "LaunchOptions", "RankFailed", "UsageError",

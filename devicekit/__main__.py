@@ -3,14 +3,15 @@
 import argparse
 import sys
 
-from devicekit import check, doctor, runtime
+from devicekit import __version__, check, doctor, runtime
 from devicekit.errors import exit_on_usage_error
-from devicekit.launch import pop_local_rank
+from devicekit.environments import pop_local_rank
 
 
 def _parser():
     parser = argparse.ArgumentParser(
         prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu.")
+    parser.add_argument("--version", action="version", version=f"devicekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     explain = commands.add_parser("doctor", help="explain this machine and what devicekit chooses")

@@ -19,7 +19,7 @@ import devicekit
 from devicekit import runtime
 from devicekit.distributed import timeout_seconds
 from devicekit.errors import UsageError
-from devicekit.launch import LaunchOptions, launcher_of
+from devicekit.environments import LaunchOptions, launcher_of
 
 EXIT_DISAGREE = 1
 WARMUP = 2

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from devicekit import kinds, rendezvous, runtime
 from devicekit.errors import UsageError, warn
-from devicekit.launch import LaunchContext, LaunchOptions
+from devicekit.environments import LaunchContext, LaunchOptions
 from devicekit.network import interface_towards
 
 DEFAULT_TIMEOUT_S = 300.0

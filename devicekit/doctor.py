@@ -9,11 +9,11 @@ from typing import Optional
 
 import torch
 
-from devicekit import environments, kinds
+from devicekit import __version__, environments, kinds
 from devicekit.detect import ENV_VAR, resolve_kind
 from devicekit.errors import UsageError
 from devicekit.kinds.npu import CANN_SET_ENV, cann_install, torch_npu_matches, torch_npu_version
-from devicekit.launch import LaunchOptions, resolve_launch
+from devicekit.environments import LaunchOptions, resolve_launch
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
 HCCL_VARS = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME",
@@ -103,6 +103,7 @@ def gather(requested=None):
     environment = environments.detect(LaunchOptions())
     launcher = environment.name if environment.started_by_launcher else None
     info = {
+        "devicekit": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
@@ -144,6 +145,7 @@ def format_report(info):
     npu = info["torch_npu"]
     npu_line = npu["state"] + (f" ({npu['version']})" if npu["version"] else "")
     lines = [
+        f"devicekit    {info['devicekit']}",
         f"python       {info['python']} on {info['platform']}",
         f"torch        {info['torch']} (torch.accelerator: {info['torch_accelerator']})",
         f"torch_npu    {npu_line}",

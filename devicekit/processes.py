@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 from devicekit import runtime
 from devicekit.distributed import destroy_process_group
 from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error
-from devicekit.launch import LaunchContext, LaunchOptions, launcher_of
+from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
 
 NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
 STOP_GRACE_S = 10.0  # a rank that ignores SIGTERM this long is killed

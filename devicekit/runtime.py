@@ -12,7 +12,8 @@ from typing import Optional
 from devicekit.detect import resolve_kind
 from devicekit.errors import UsageError, warn
 from devicekit.kinds.base import DeviceKind
-from devicekit.launch import LaunchContext, LaunchOptions, launcher_of, resolve_launch
+from devicekit.environments import (
+    LaunchContext, LaunchOptions, launcher_of, resolve_launch)
 
 # The variables a launcher hands a process; if the script overwrites one of them (the DDP
 # tutorial's `os.environ["MASTER_PORT"] = "12355"`), the launcher's value is the one

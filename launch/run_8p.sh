@@ -55,7 +55,7 @@ else
     MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
     if [[ -z ${MASTER_PORT:-} ]]; then
         PORT_IS_OURS=1
-        MASTER_PORT=$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')
+        MASTER_PORT=$("$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())')
     fi
 fi
 
@@ -153,7 +153,7 @@ while true; do
     attempt=$(( attempt + 1 ))
     echo "run_8p: restarting every rank (restart $attempt of MAX_RESTARTS=$MAX_RESTARTS)" >&2
     if [[ $PORT_IS_OURS == 1 ]]; then
-        MASTER_PORT=$("$PYTHON" -c 'from devicekit.launch import find_free_port; print(find_free_port())')
+        MASTER_PORT=$("$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())')
         export MASTER_PORT
     fi
 done

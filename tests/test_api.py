@@ -18,7 +18,7 @@ import torch
 import devicekit
 from conftest import clean_environ
 from devicekit import runtime
-from devicekit.launch import find_free_port
+from devicekit.environments import find_free_port
 from processes import Processes, describe
 
 PY = sys.executable

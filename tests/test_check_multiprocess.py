@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import clean_environ
-from devicekit.launch import find_free_port
+from devicekit.environments import find_free_port
 from processes import Processes, describe, taken_port
 
 HELPER_DISAGREE = Path(__file__).resolve().parent / "check_rank_disagrees.py"

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from devicekit import doctor, environments
-from devicekit.environments import ALL_VARIABLES, ENVIRONMENTS, VARIABLES, launcher_of
+from devicekit.environments import (
+    ALL_VARIABLES, ENVIRONMENTS, VARIABLES, LaunchOptions, launcher_of, resolve_launch)
 from devicekit.errors import UsageError
-from devicekit.launch import LaunchOptions, resolve_launch
 # The namespaces, the marked-process harness and the hard time limit of the two-node test.
 from test_faults import (  # noqa: F401  (fixtures are used by name)
     GONE_BOUND_S, PY, Tracked, _hard_time_limit, run_8p_on_two_nodes, time_limit, two_namespaces)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import clean_environ
-from devicekit.launch import find_free_port
+from devicekit.environments import find_free_port
 from processes import Processes, describe
 
 REPO = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from devicekit.launch import find_free_port
+from devicekit.environments import find_free_port
 from conftest import is_launcher_variable
 from processes import taken_port
 

@@ -7,7 +7,7 @@ import pytest
 
 from devicekit import kinds
 from devicekit.errors import UsageError
-from devicekit.launch import (LaunchOptions, REFERENCE_DIST_URL, launcher_of, pop_local_rank,
+from devicekit.environments import (LaunchOptions, REFERENCE_DIST_URL, launcher_of, pop_local_rank,
                               resolve_launch)
 
 CPU = kinds.get("cpu")

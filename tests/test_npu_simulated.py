@@ -41,7 +41,7 @@ import torch
 import devicekit
 from devicekit import UsageError, kinds
 from devicekit.detect import resolve_kind
-from devicekit.launch import resolve_launch
+from devicekit.environments import resolve_launch
 out = {}
 """
 _EPILOGUE = """

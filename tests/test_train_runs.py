@@ -31,7 +31,7 @@ from PIL import Image
 import devicekit
 import models
 from conftest import clean_environ
-from devicekit.launch import find_free_port
+from devicekit.environments import find_free_port
 from processes import Processes, describe
 from trainer import data, state
 from trainer.demo_data import make_demo_dataset, read_marker

@@ -15,7 +15,7 @@ import yaml
 
 import devicekit
 from devicekit import LaunchOptions, UsageError, kinds
-from devicekit.launch import REFERENCE_DIST_URL, resolve_launch
+from devicekit.environments import REFERENCE_DIST_URL, resolve_launch
 from trainer import config
 from trainer.config import DuplicateKeyError, UniqueKeyLoader
 from trainer.options import launch_options, parse_args

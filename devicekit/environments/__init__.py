@@ -32,13 +32,14 @@ from devicekit.environments.ascend import Ascend
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.deepspeed import DeepSpeed
-from devicekit.environments.distributed_launch import DistributedLaunch
+from devicekit.environments.distributed_launch import DistributedLaunch, pop_local_rank
 from devicekit.environments.env import EnvVariables
 from devicekit.environments.explicit import Explicit
 from devicekit.environments.mpich import Mpich
 from devicekit.environments.open_mpi import OpenMpi
 from devicekit.environments.options import LaunchOptions
 from devicekit.environments.pytorchjob import PyTorchJob
+from devicekit.environments.reading import REFERENCE_DIST_URL, find_free_port
 from devicekit.environments.rank_table import RankTable
 from devicekit.environments.single import Single
 from devicekit.environments.slurm import Slurm
@@ -88,5 +89,6 @@ def resolve_launch(options: Optional[LaunchOptions] = None,
     return detect(options, environ).context(options, environ, kind)
 
 
-__all__ = ["ALL_VARIABLES", "ENVIRONMENTS", "LaunchContext", "LaunchEnvironment",
-           "LaunchOptions", "VARIABLES", "detect", "launcher_of", "resolve_launch"]
+__all__ = ["ALL_VARIABLES", "ENVIRONMENTS", "REFERENCE_DIST_URL", "LaunchContext",
+           "LaunchEnvironment", "LaunchOptions", "VARIABLES", "detect", "find_free_port",
+           "launcher_of", "pop_local_rank", "resolve_launch"]

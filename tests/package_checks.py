@@ -1,0 +1,29 @@
+"""What the package must hold, shared by tests/test_package.py and .ci/check-wheel."""
+
+import re
+from typing import List
+
+# Data files the library reads at run time, besides its modules.
+DATA_FILES = ("devicekit/py.typed", "devicekit/simulate/npu_standin.cpp",
+              "devicekit/preflight/torch_npu_2.13.0_ops.txt")
+_MARKER = "<!-- library example:"
+
+
+def wheel_problems(names: List[str]) -> List[str]:
+    """What is wrong with a wheel holding `names`: other top-level packages, a missing
+    data file or licence."""
+    problems = []
+    tops = {name.split("/")[0] for name in names}
+    others = sorted(t for t in tops if t != "devicekit" and not t.endswith(".dist-info"))
+    if others:
+        problems.append(f"holds more than devicekit: {', '.join(others)}")
+    problems += [f"{data} is missing" for data in DATA_FILES if data not in names]
+    if not any(re.search(r"\.dist-info/(licenses/)?LICENSE$", name) for name in names):
+        problems.append("the LICENSE is missing")
+    return problems
+
+
+def library_example(readme: str) -> str:
+    """The python block that follows README's library-example marker."""
+    after = readme[readme.index(_MARKER):]
+    return re.search(r"```python\n(.*?)```", after, re.S).group(1)

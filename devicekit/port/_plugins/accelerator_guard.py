@@ -4,14 +4,14 @@ was ported:
 
 - `assert torch.cuda.is_available(), "we need CUDA for DDP"` (or
   `assert torch.cuda.device_count() > 0`) is removed;
-- `if not torch.cuda.is_available(): sys.exit("no GPU")` (a body that only reports and
-  stops: print, logging, warnings, raise, exit, return) is removed;
+- `if not torch.cuda.is_available(): sys.exit("no GPU")` (a body that stops the program:
+  messages (print, logging, warnings) then `raise` or `sys.exit()`) is removed;
 - `elif torch.cuda.is_available(): <setup> else: <report and exit>` keeps the setup as the
   `else:` branch, and `if torch.cuda.is_available(): <setup> else: <report and exit>` is
   the setup alone.
 """
 
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Union
 
 import libcst as cst
 import libcst.matchers as m
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 _RULE = "accelerator-guard"
 _AVAILABLE = "torch.cuda.is_available"  # torch.npu's is its twin
 _COUNT = "torch.cuda.device_count"
-_STOPPERS = {"print", "exit", "quit", "sys.exit", "os._exit", "warnings.warn"}
+_EXITS = {"exit", "quit", "sys.exit", "os._exit"}
+_MESSAGES = {"print", "warnings.warn"}
 _LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical"}  # logging.x, log.x
 
 
@@ -46,22 +47,28 @@ def _demands_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
 
 
 def _only_stops(port: "PortTransformer", block: cst.BaseSuite) -> bool:
-    """Whether `block` only reports and stops (print/log/warn, then raise/exit/return)."""
+    """Whether `block` stops the program: messages (print, logging, warnings), then a
+    `raise` or an exit. (A `return` or a message alone is a branch, not a refusal.)"""
     lines = [block] if isinstance(block, cst.SimpleStatementSuite) else block.body
     smalls = []
     for line in lines:
         if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             return False
         smalls += line.body
-    return bool(smalls) and all(
-        isinstance(small, (cst.Raise, cst.Return)) or (
-            isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
-            and _reports_or_stops(small.value.func))
-        for small in smalls)
+    return bool(smalls) and _stops(smalls[-1]) and all(map(_reports, smalls[:-1]))
 
 
-def _reports_or_stops(func: cst.BaseExpression) -> bool:
-    return code(func) in _STOPPERS or m.matches(func, m.Attribute(
+def _stops(small: cst.BaseSmallStatement) -> bool:
+    return isinstance(small, cst.Raise) or (
+        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+        and code(small.value.func) in _EXITS)
+
+
+def _reports(small: cst.BaseSmallStatement) -> bool:
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        return False
+    func = small.value.func
+    return code(func) in _MESSAGES or m.matches(func, m.Attribute(
         value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS))))
 
 
@@ -91,9 +98,12 @@ def if_statement(port: "PortTransformer", original: cst.If, updated: cst.If
         return None
     parent = port.parent(original)
     if isinstance(parent, cst.If) and parent.orelse is original:  # elif ...: / else: exit
-        return port.changed(original, _RULE, cst.Else(body=updated.body))
-    body: Sequence[cst.BaseStatement] = updated.body.body \
+        return port.changed(original, _RULE, cst.Else(body=updated.body,
+                                                      leading_lines=updated.leading_lines))
+    body: List[cst.BaseStatement] = list(updated.body.body) \
         if isinstance(updated.body, cst.IndentedBlock) else [cst.SimpleStatementLine(
             body=updated.body.body)]
-    port.changed(original, _RULE, cst.Module(body=list(body)))
+    body[0] = body[0].with_changes(  # the comments above the `if` stay above its setup
+        leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+    port.changed(original, _RULE, cst.Module(body=body))
     return cst.FlattenSentinel(body)

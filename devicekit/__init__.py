@@ -31,8 +31,8 @@ if "torch" not in sys.modules:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 from devicekit.accelerator import (  # noqa: E402
-    backend, current_device, default_ranks_per_node, device, device_count, device_type,
-    empty_cache, is_accelerator, is_available, is_bf16_supported, manual_seed,
+    accelerator_type, backend, current_device, default_ranks_per_node, device, device_count,
+    device_type, empty_cache, is_accelerator, is_available, is_bf16_supported, manual_seed,
     manual_seed_all, max_memory_allocated, max_memory_reserved, memory_allocated,
     memory_reserved, pin_memory, reset_peak_memory_stats, set_device, synchronize)
 from devicekit.amp import (  # noqa: E402
@@ -68,8 +68,8 @@ __version__ = "0.3.0"
 
 __all__ = [
     "GradScaler", "LaunchContext", "LaunchOptions", "RankFailed", "UsageError",
-    "all_reduce_sum", "amp_dtype", "amp_enabled", "autocast", "backend", "barrier",
-    "broadcast_buffers", "current_device", "default_ranks_per_node",
+    "accelerator_type", "all_reduce_sum", "amp_dtype", "amp_enabled", "autocast", "backend",
+    "barrier", "broadcast_buffers", "current_device", "default_ranks_per_node",
     "destroy_process_group", "device", "device_count", "device_type", "empty_cache",
     "exit_on_usage_error", "fingerprint", "init_distributed", "is_accelerator",
     "is_available", "is_bf16_supported", "is_initialized", "is_main_process", "launch",

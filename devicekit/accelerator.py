@@ -48,6 +48,13 @@ def is_accelerator(device: Union[str, torch.device]) -> bool:
     return name in kinds.names() and kinds.get(name).is_accelerator
 
 
+def accelerator_type() -> Optional[str]:
+    """The accelerator this process computes on ("cuda", "npu"), or None on a CPU: the
+    portable form of the "cuda" in `device_type == "cuda"`."""
+    kind = runtime.kind()
+    return kind.name if kind.is_accelerator else None
+
+
 def is_bf16_supported() -> bool:
     """Whether this process's device computes in bfloat16 (as torch.cuda.is_bf16_supported()
     answers on a GPU and torch.npu's on an NPU; True on a CPU)."""

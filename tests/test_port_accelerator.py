@@ -28,19 +28,19 @@ BRANCHES = [
     ("startswith('cuda')", 'device_type = "cuda" if device.startswith("cuda") else "cpu"',
      'device_type = devicekit.device_type() if devicekit.is_accelerator(device) else "cpu"'),
     ("device_type == 'cuda'", "use_fused = fused_available and device_type == 'cuda'",
-     "use_fused = fused_available and devicekit.is_accelerator(device_type)"),
+     "use_fused = fused_available and device_type == devicekit.accelerator_type()"),
     ("'cuda' == device_type", "on_gpu = 'cuda' == device_type",
-     "on_gpu = devicekit.is_accelerator(device_type)"),
+     "on_gpu = devicekit.accelerator_type() == device_type"),
     ("device.type == 'cuda'", "use_cuda = device.type == 'cuda'",
-     "use_cuda = devicekit.is_accelerator(device.type)"),
+     "use_cuda = device.type == devicekit.accelerator_type()"),
     ("device_type != 'cuda'", "on_host = device_type != 'cuda'",
-     "on_host = not devicekit.is_accelerator(device_type)"),
+     "on_host = device_type != devicekit.accelerator_type()"),
     ("'cuda' not in device", "on_host = ('cuda' not in device)",
      "on_host = (not devicekit.is_accelerator(device))"),
     ("device_type == 'npu'", "on_npu = device_type == 'npu'",
-     "on_npu = devicekit.is_accelerator(device_type)"),
+     "on_npu = device_type == devicekit.accelerator_type()"),
     ("guarded synchronize", "if device_type == 'cuda':\n    torch.cuda.synchronize()",
-     "if devicekit.is_accelerator(device_type):\n    devicekit.synchronize()"),
+     "if device_type == devicekit.accelerator_type():\n    devicekit.synchronize()"),
     ("bf16 question",
      "dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() "
      "else 'float16'",
@@ -68,6 +68,36 @@ def test_a_comparison_whose_question_is_unclear_is_manual_not_kept(snippet, cons
     assert text == snippet + "\n" and report.info == []
     [item] = report.manual
     assert item.construct == construct and "devicekit.is_accelerator(device)" in item.fix
+
+
+@pytest.mark.parametrize("snippet", [
+    "if device.type == 'cuda':\n    start = torch.cuda.Event(enable_timing=True)\n",
+    "if torch.cuda.is_available():\n    major, _ = torch.cuda.get_device_capability()\n",
+    "name = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'\n",
+    "if torch.cuda.is_available():\n    print(torch.cuda.get_device_name(0))\n"
+    "else:\n    sys.exit('no GPU')\n",
+])
+def test_a_test_guarding_cuda_only_code_is_not_widened_to_every_accelerator(snippet):
+    """On an NPU the guarded CUDA call must stay skipped, as it was."""
+    text, report = port(snippet)
+    assert text == snippet and report.changes == []
+    assert report.manual, "the CUDA-only code it guards is reported"
+
+
+def test_equality_tells_devices_apart_in_a_script_that_names_both():
+    snippet = ("if args.device == 'npu':\n    n = 8\nelif args.device == 'cuda':\n"
+               "    n = torch.cuda.device_count()\n")
+    text, _ = port(snippet)
+    assert text == snippet.replace("torch.cuda.device_count()", "devicekit.device_count()")
+
+
+def test_guards_that_are_only_branches_stay():
+    for snippet in ("def f():\n    if not torch.cuda.is_available():\n        return\n"
+                    "    return 1\n",
+                    "if not torch.cuda.is_available():\n    print('this will be slow')\n"):
+        text, report = port(snippet)
+        assert "devicekit.is_available()" in text
+        assert "accelerator-guard" not in {c.rule for c in report.changes}
 
 
 def test_a_comparison_with_devicekits_answer_is_left_alone():
@@ -117,7 +147,7 @@ def test_a_half_portable_capability_question_is_left_whole_and_manual():
 def test_pin_memory_under_an_accelerator_branch_is_left_as_it_is():
     text, _ = port("if device_type == 'cuda':\n    x = x.pin_memory().to(device)\n"
                    "y = y.pin_memory()\n")
-    assert text == ("if devicekit.is_accelerator(device_type):\n"
+    assert text == ("if device_type == devicekit.accelerator_type():\n"
                     "    x = x.pin_memory().to(device)\n"
                     "y = (y.pin_memory() if devicekit.pin_memory() else y)\n")
 

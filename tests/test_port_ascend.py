@@ -109,8 +109,44 @@ def test_a_torch_npu_import_still_read_stays_and_its_use_is_manual():
         x = torch_npu.npu_format_cast(torch.ones(2).npu(), 29)
         """)
     assert "import torch_npu\n" in text and "torch.ones(2).to(devicekit.device())" in text
-    [item] = report.manual
+    [kept, item] = report.manual
+    assert (kept.line, kept.construct) == (2, "import torch_npu") and "still" in kept.why
     assert item.line == 4 and "Ascend NPUs only" in item.why and "fallback" in item.fix
+
+
+def test_torch_npu_imports_anywhere_go_with_the_block_they_leave_empty():
+    text, report = port("""\
+        import torch
+        if torch.__version__ >= "1.8":
+            import torch_npu
+        try:
+            from torch_npu.contrib import transfer_to_npu
+        except ImportError:
+            pass
+
+        def to_device(x):
+            import torch_npu
+            return x.npu()
+        """)
+    assert text == textwrap.dedent("""\
+        import torch
+        import devicekit
+
+        def to_device(x):
+            return x.to(devicekit.device())
+        """)
+    assert [c.line for c in report.changes if c.rule == "torch-npu-import"] == [3, 5, 10]
+
+
+def test_transfer_to_npu_stays_while_cuda_code_it_maps_remains():
+    text, report = port("""\
+        import torch
+        from torch_npu.contrib import transfer_to_npu
+        start = torch.cuda.Event(enable_timing=True)
+        """)
+    assert "from torch_npu.contrib import transfer_to_npu" in text
+    assert [m.construct for m in report.manual] == [
+        "from torch_npu.contrib import transfer_to_npu", "torch.cuda.Event(enable_timing=True)"]
 
 
 @pytest.mark.parametrize("snippet, fix", [

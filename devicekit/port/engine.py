@@ -7,9 +7,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from devicekit.port.facts import Facts
-from devicekit.port.imports import (
-    add_devicekit, drop_unused, import_uses, side_effect_imports)
-from devicekit.port.report import Change, FileReport
+from devicekit.port import npu_imports
+from devicekit.port.imports import add_devicekit, drop_unused, import_uses
+from devicekit.port.report import FileReport
 from devicekit.port.transformer import PortTransformer
 
 
@@ -42,12 +42,11 @@ def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
     wrapper.visit_batched([facts])
     transformer = PortTransformer(wrapper.module, facts)
     ported = wrapper.visit(transformer)
-    side_effects = side_effect_imports(wrapper.module)
-    ported, dropped = drop_unused(ported, import_uses(wrapper.module), set(side_effects))
-    changes = transformer.changes() + [
-        Change(line, "torch-npu-import", statement, "", ["torch-npu-import"])
-        for name, (line, statement) in side_effects.items() if name in dropped]
-    report = FileReport(path, sorted(changes, key=lambda c: c.line), transformer.manual(),
+    ported = drop_unused(ported, import_uses(wrapper.module))
+    ported, dropped, still_needed = npu_imports.settle(
+        ported, npu_imports.side_effect_imports(wrapper.module))
+    report = FileReport(path, sorted(transformer.changes() + dropped, key=lambda c: c.line),
+                        sorted(transformer.manual() + still_needed, key=lambda i: i.line),
                         transformer.info())
     return add_devicekit(ported), report
 

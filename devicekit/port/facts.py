@@ -5,8 +5,9 @@
   `dist.get_rank()`), and the first parameter of an `mp.spawn` target. Names assigned a
   torch.device or a string are never taken for integers.
 - Which `torch.cuda.device_count()` calls size an `mp.spawn` (`nprocs=world_size` with
-  `world_size = torch.cuda.device_count()`): they become `devicekit.default_ranks_per_node()`,
-  the number of ranks `devicekit.launch()` starts (one per device on a GPU, as before).
+  `world_size = torch.cuda.device_count()`, or a world size given in its `args=`): they
+  become `devicekit.default_ranks_per_node()`, the number of ranks `devicekit.launch()`
+  starts (one per device on a GPU, as before).
 
 - Which function parameters hold a rank because every call of the function in this file
   passes one (`calc_loss_batch(x, y, model, rank)` makes `device` in
@@ -24,7 +25,7 @@ import libcst as cst
 from libcst.metadata import FunctionScope, QualifiedNameProvider, ScopeProvider
 
 from devicekit.port import names
-from devicekit.port.nodes import bound_args, string_value
+from devicekit.port.nodes import ACCELERATOR_TYPES, bound_args, string_value
 
 
 def _target_name(node: cst.BaseExpression) -> Optional[str]:
@@ -66,6 +67,7 @@ class Facts(cst.BatchableCSTVisitor):
         # id() of a Name that can only be a function's parameter -> (id(function), param)
         self._parameter_of: Dict[int, Tuple[int, str]] = {}
         self.rank_parameters: Set[Tuple[int, str]] = set()
+        self.compared_kinds: Set[str] = set()  # "cuda", "npu": what comparisons name
 
     def qualified(self, node: cst.CSTNode) -> Set[str]:
         """The qualified names `node` may refer to, with the CUDA twins of Ascend names."""
@@ -95,6 +97,11 @@ class Facts(cst.BatchableCSTVisitor):
         elif node.name.value in self._plain_functions:
             self._defined_twice.add(node.name.value)
         self._plain_functions[node.name.value] = node
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        for operand in [node.left] + [c.comparator for c in node.comparisons]:
+            if string_value(operand) in ACCELERATOR_TYPES:
+                self.compared_kinds.add(string_value(operand))
 
     def visit_Name(self, node: cst.Name) -> None:
         scope = self.get_metadata(ScopeProvider, node, None)
@@ -160,6 +167,11 @@ class Facts(cst.BatchableCSTVisitor):
             if nprocs is None:
                 continue
             self._mark_counts(nprocs.value, depth=3)
+            # a world size passed in args= counts the same ranks
+            passed = bound.get("args")
+            if passed is not None and isinstance(passed.value, cst.Tuple):
+                for element in passed.value.elements:
+                    self._mark_counts(element.value, depth=3)
 
     def _mark_counts(self, node: cst.BaseExpression, depth: int) -> None:
         """Note the device_count() calls `node` is, or names hold (following `a = b`)."""

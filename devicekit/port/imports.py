@@ -1,16 +1,14 @@
-"""Imports after porting: `import devicekit` added once, where a reader expects it, torch
-submodule imports the rewrites left unused (`from torch.cuda.amp import autocast`) removed,
-and torch_npu's side-effect imports (`import torch_npu`, `from torch_npu.contrib import
-transfer_to_npu`) removed once nothing reads them: devicekit imports torch_npu itself where
-there is an NPU, and a ported script needs no torch.cuda patched. `import torch` itself is
-never removed."""
+"""Imports after porting: `import devicekit` added once, where a reader expects it, and
+torch (and torch_npu) submodule imports the rewrites left unused (`from torch.cuda.amp
+import autocast`) removed. `import torch` itself is never removed; torch_npu's side-effect
+imports are npu_imports.py's."""
 
-from typing import Dict, List, Set, Tuple
-
-from devicekit.port.names import SIDE_EFFECT_IMPORTS, TORCH_NPU
+from typing import Dict, List, Set
 
 import libcst as cst
-from libcst.metadata import GlobalScope, MetadataWrapper, PositionProvider, ScopeProvider
+from libcst.metadata import GlobalScope, MetadataWrapper, ScopeProvider
+
+from devicekit.port.names import TORCH_NPU
 
 
 def _bound_name(alias: cst.ImportAlias) -> str:
@@ -46,19 +44,6 @@ def _imported(statement, alias) -> str:
     transfer_to_npu` for `from torch_npu.contrib import transfer_to_npu`)."""
     name = cst.Module(body=[]).code_for_node(alias.name)
     return f"{_module_of(statement)}.{name}" if isinstance(statement, cst.ImportFrom) else name
-
-
-def side_effect_imports(module: cst.Module) -> Dict[str, Tuple[int, str]]:
-    """{name bound by a top-level torch_npu side-effect import: (its line, its code)}."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
-    found = {}
-    for statement in _import_statements(module):
-        for alias in statement.names if not isinstance(statement.names, cst.ImportStar) else []:
-            if _imported(statement, alias) in SIDE_EFFECT_IMPORTS:
-                found[_bound_name(alias)] = (positions[statement].start.line,
-                                             cst.Module(body=[]).code_for_node(statement))
-    return found
 
 
 def _is_torch_submodule(statement, alias) -> bool:
@@ -104,15 +89,12 @@ class _DropAliases(cst.CSTTransformer):
         return False
 
 
-def drop_unused(module: cst.Module, before: Dict[str, int],
-                side_effects: Set[str]) -> Tuple[cst.Module, Set[str]]:
+def drop_unused(module: cst.Module, before: Dict[str, int]) -> cst.Module:
     """`module` without the torch submodule imports that were read before porting
-    (`before`, from import_uses) and are read no more, and without the `side_effects`
-    imports (names bound) that nothing reads; and the names dropped."""
+    (`before`, from import_uses) and are read no more."""
     after = import_uses(module)
-    unused = {name for name, count in after.items()
-              if count == 0 and (before.get(name, 0) > 0 or name in side_effects)}
-    return (module.visit(_DropAliases(unused)) if unused else module), unused
+    unused = {name for name, count in after.items() if count == 0 and before.get(name, 0) > 0}
+    return module.visit(_DropAliases(unused)) if unused else module
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:

@@ -19,9 +19,6 @@ DEVICEKIT_FUNCTIONS: Dict[str, int] = {
 
 _NPU_MODULES = ("torch.npu.", "torch_npu.npu.")
 TORCH_NPU = "torch_npu"
-# Imported for what importing does (register torch.npu, patch torch.cuda): devicekit does
-# what is needed, so once nothing reads them they go.
-SIDE_EFFECT_IMPORTS = ("torch_npu", "torch_npu.contrib.transfer_to_npu")
 # Process-wide NPU settings (`torch.npu.set_compile_mode(jit_compile=False)`): they run as
 # before on an NPU, under `if devicekit.device_type() == "npu":`, and nowhere else.
 NPU_SETTINGS = {"set_compile_mode", "set_option", "set_aoe", "set_mm_bmm_format_nd",
@@ -161,19 +158,28 @@ _AUTOCAST_ARGS = ("devicekit.autocast() takes only enabled= and dtype=",
                   "devicekit.autocast(enabled=..., dtype=...) by name")
 _GRAD_SCALER_ARGS = ("the GradScaler's arguments cannot be read (*args or **kwargs), or ask "
                      "for torch_npu's static loss scale (dynamic=False)",
-                     "use devicekit.GradScaler(enabled=..., init_scale=..., ...) by name; for a "
-                     "static scale, growth_interval=2**31 - 1 keeps init_scale")
+                     "use devicekit.GradScaler(enabled=..., init_scale=..., ...) by name; for "
+                     "a scale that never grows, growth_interval=2**31 - 1 (it still backs "
+                     "off on an overflow)")
 _SPAWN_ARGS = ("devicekit.launch() always joins its ranks and uses the device's start method",
                "call devicekit.launch(fn, args=..., nprocs=...) and drop join=/daemon=/"
                "start_method=")
-_CUDA_ARGS = ("the arguments of .cuda() cannot be read (*args or **kwargs)",
+_CUDA_ARGS = ("the arguments of .cuda() or .npu() cannot be read (*args or **kwargs)",
               "write x.to(devicekit.device(i), non_blocking=...)")
 _SWITCH = ("torch.cuda.device(i) switches the current CUDA device",
            "call devicekit.set_device(i), or pass devicekit.device(i) where the device is used")
 _PIN_CALL = ("Tensor.pin_memory() fails where no accelerator is present",
              "pin only when devicekit.pin_memory() is True")
 
+_SDPA = ("the SDPA backend switches act on every device: with the math kernel off, a CPU or "
+         "an NPU is left with no attention kernel",
+         "switch them under `if devicekit.device_type() == \"cuda\":`")
+
 MANUAL: Dict[str, Tuple[str, str]] = {
+    "torch.backends.cuda.sdp_kernel": _SDPA, "torch.backends.cuda.enable_math_sdp": _SDPA,
+    "torch.backends.cuda.enable_flash_sdp": _SDPA,
+    "torch.backends.cuda.enable_mem_efficient_sdp": _SDPA,
+    "torch.backends.cuda.enable_cudnn_sdp": _SDPA,
     "torch.cuda.Event": _TIMING, "torch.cuda.Stream": _STREAMS, "torch.cuda.stream": _STREAMS,
     "torch.cuda.current_stream": _STREAMS, "torch.cuda.default_stream": _STREAMS,
     "torch.cuda.StreamContext": _STREAMS, "torch.cuda.device": _SWITCH,
@@ -229,8 +235,24 @@ def _npu_reason(qualified: str) -> Tuple[str, str]:
     return _NPU_UNKNOWN
 
 
+def is_device_only(qualified: str) -> bool:
+    """Whether `qualified` is a torch.cuda / torch.npu / torch_npu name that devicekit port
+    leaves for a manual change (an event, a device property, an NPU operator): code that
+    runs on that device only."""
+    cuda = cuda_twin(qualified) or qualified
+    if cuda.startswith("torch.cuda."):
+        short = cuda[len("torch.cuda."):]
+        ported = short in DEVICEKIT_FUNCTIONS or cuda in AUTOCAST | CUDA_GRAD_SCALER or \
+            cuda == OUT_OF_MEMORY or npu_setting(qualified) is not None
+        return not ported and manual_reason(qualified) is not None
+    return qualified.split(".")[0] == TORCH_NPU and qualified.startswith(
+        (f"{TORCH_NPU}.npu_", f"{TORCH_NPU}.optim", f"{TORCH_NPU}.profiler"))
+
+
 def harmless_note(qualified: str) -> Optional[str]:
     """Why a kept torch.backends.* setting is harmless, or None."""
+    if manual_reason(qualified) is not None:
+        return None  # the SDPA switches act on every device
     for prefix, note in HARMLESS.items():
         if qualified == prefix or qualified.startswith(prefix + "."):
             return note

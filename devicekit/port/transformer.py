@@ -52,14 +52,15 @@ class PortTransformer(cst.CSTTransformer):
     def qualified(self, node: cst.CSTNode) -> Set[str]:
         """The qualified names `node` may refer to, with the CUDA twins of its Ascend names
         (`torch.npu.synchronize` also reads `torch.cuda.synchronize`: see names.py)."""
-        return names.with_twins(self._written(node))
+        return names.with_twins(self.written(node))
 
-    def _written(self, node: cst.CSTNode) -> Set[str]:
+    def written(self, node: cst.CSTNode) -> Set[str]:
+        """The qualified names `node` may refer to, as written (no twins)."""
         return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
 
     def is_twin(self, node: cst.CSTNode, name: str) -> bool:
         """Whether `name` is only the CUDA twin of an Ascend name `node` refers to."""
-        return name not in self._written(node)
+        return name not in self.written(node)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The node of the original tree that holds `node` (None for the module)."""

@@ -1,18 +1,23 @@
 """Rule `accelerator-branch`: a comparison with an accelerator's name asks "is this device
 an accelerator?", and follows devicekit's answer:
 
-- `"cuda" in device`, `device.startswith("cuda")`, `device_type == "cuda"`,
-  `device.type == "npu"` -> `devicekit.is_accelerator(device)` (`device_type`, ...);
-- `"cuda" not in device`, `device_type != "cuda"` -> `not devicekit.is_accelerator(...)`.
+- `"cuda" in device`, `device.startswith("cuda")` -> `devicekit.is_accelerator(device)`
+  (`not ...` for `not in`);
+- `device_type == "cuda"`, `device.type != "cuda"` -> `device_type ==
+  devicekit.accelerator_type()` ("cuda" on a GPU, "npu" on an NPU, None on a CPU), so
+  that it answers on a GPU exactly as before (`"cuda:0" == "cuda"` stays false).
 
 Left as written, `device_type = "cuda" if "cuda" in device else "cpu"` is "cpu" on an
 NPU: autocast then wraps NPU tensors and does nothing, the synchronize before a timer is
-skipped, fused AdamW is not used. On a GPU the ported test answers as before.
+skipped, fused AdamW is not used.
 
-A comparison with devicekit's own answer (`devicekit.device_type() == "npu"`) is left as it
-is. A comparison with a backend name (`backend == "nccl"`) or an indexed device string
-(`device == "cuda:0"`), or one in a chain (`a == "cuda" == b`), is reported for a manual
-change: what it asks cannot be read from the comparison alone.
+Left alone: a comparison with devicekit's own answer (`devicekit.device_type() == "npu"`);
+one that guards code for that device only (`if device.type == "cuda": torch.cuda.Event(...)`,
+reported there), which must not run on another accelerator; `==`/`!=` in a script that
+compares with both "cuda" and "npu" (it tells the devices apart, and its device value is
+ported). A comparison with a backend name (`backend == "nccl"`), an indexed device
+(`device == "cuda:0"`) or in a chain is reported for a manual change: what it asks cannot
+be read from it alone.
 """
 
 from typing import TYPE_CHECKING, Optional, Set
@@ -21,7 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port._plugins import call, leave
-from devicekit.port.branches import is_accelerator_name
+from devicekit.port.branches import guards_device_only_code, is_accelerator_name
 from devicekit.port.nodes import ACCELERATOR_TYPES, BACKENDS, devicekit_call, string_value
 
 if TYPE_CHECKING:
@@ -56,17 +61,21 @@ def comparison(port: "PortTransformer", original: cst.Comparison, updated: cst.C
                ) -> Optional[cst.BaseExpression]:
     """"cuda" in device, device_type == "cuda" -> devicekit.is_accelerator(...)."""
     operands = [original.left] + [c.comparator for c in original.comparisons]
-    if not any(map(_names_a_device, operands)) or any(map(_asks_devicekit, operands)):
-        return None  # `devicekit.device_type() == "npu"` asks devicekit already
+    if not any(map(_names_a_device, operands)) or any(map(_asks_devicekit, operands)) or \
+            guards_device_only_code(port, original):
+        return None
     if len(original.comparisons) == 1:
         operator = original.comparisons[0].operator
         left, right = updated.left, updated.comparisons[0].comparator
-        if isinstance(operator, (cst.Equal, cst.NotEqual)):
-            named = [side for side in (left, right) if is_accelerator_name(side)]
-            if len(named) == 1:
-                other = right if named[0] is left else left
-                return port.changed(original, _RULE, _asks(
-                    other, isinstance(operator, cst.NotEqual), original))
+        if isinstance(operator, (cst.Equal, cst.NotEqual)) and \
+                is_accelerator_name(left) != is_accelerator_name(right):
+            if len(port.facts.compared_kinds) > 1:
+                return None  # `== "npu"` beside `== "cuda"`: the script tells them apart
+            answer = devicekit_call("accelerator_type")
+            if is_accelerator_name(left):
+                return port.changed(original, _RULE, updated.with_changes(left=answer))
+            return port.changed(original, _RULE, updated.with_changes(comparisons=[
+                updated.comparisons[0].with_changes(comparator=answer)]))
         if isinstance(operator, (cst.In, cst.NotIn)) and is_accelerator_name(left):
             return port.changed(original, _RULE, _asks(
                 right, isinstance(operator, cst.NotIn), original))

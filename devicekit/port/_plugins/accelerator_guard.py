@@ -17,6 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port._plugins import leave
+from devicekit.port.branches import guards_device_only_code
 from devicekit.port.nodes import code
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def if_statement(port: "PortTransformer", original: cst.If, updated: cst.If
         return port.removed(original, _RULE)
     orelse = original.orelse
     if not (_demands_accelerator(port, test) and isinstance(orelse, cst.Else)
-            and _only_stops(port, orelse.body)):
+            and _only_stops(port, orelse.body)) or guards_device_only_code(port, test):
         return None
     parent = port.parent(original)
     if isinstance(parent, cst.If) and parent.orelse is original:  # elif ...: / else: exit

@@ -72,6 +72,8 @@ def device_module(port: "PortTransformer", original: Union[cst.Name, cst.Attribu
     it is not called. Registered last: what an earlier rule ported is not reported."""
     if not name.startswith(_DEVICE_MODULES) or port.is_twin(original, name):
         return  # an Ascend name is reported as itself, not as its CUDA twin
+    if m.matches(original, m.Attribute(value=m.Call())):
+        return  # `get_device_properties(0).total_memory`: the call is the item
     cuda = names.cuda_twin(name) or name
     short = cuda[len("torch.cuda."):]
     called = port.call_of(original)

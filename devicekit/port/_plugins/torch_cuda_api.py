@@ -2,7 +2,9 @@
 (names.DEVICEKIT_FUNCTIONS), called with the same arguments or referred to uncalled.
 A `torch.cuda.device_count()` that sizes an `mp.spawn` becomes
 `devicekit.default_ranks_per_node()` (ranks, not devices); arguments devicekit's function
-does not take are reported for a manual change."""
+does not take are reported for a manual change. A `torch.cuda.is_available()` that guards
+code for CUDA only (`if torch.cuda.is_available(): torch.cuda.get_device_capability()`)
+is kept: on an NPU it must stay false."""
 
 from typing import TYPE_CHECKING, Optional, Set
 
@@ -10,6 +12,7 @@ import libcst as cst
 
 from devicekit.port import names
 from devicekit.port._plugins import call, reference
+from devicekit.port.branches import guards_device_only_code
 from devicekit.port.nodes import NOT_DEVICE, parse_device_string
 
 if TYPE_CHECKING:
@@ -31,6 +34,10 @@ def torch_cuda_call(port: "PortTransformer", original: cst.Call, updated: cst.Ca
     takes = names.DEVICEKIT_FUNCTIONS[short]
     if len(updated.args) > takes or any(a.keyword or a.star for a in updated.args):
         port.report(original, names.REASONS["arguments"])
+        return updated
+    if short == "is_available" and guards_device_only_code(port, original):
+        port.keep(original, "kept: it guards code for that device only (reported), which "
+                            "must not run on another accelerator")
         return updated
     args = list(updated.args)
     if short == "set_device" and args:

@@ -179,3 +179,17 @@ def test_a_parameter_also_given_a_device_is_not_taken_for_a_rank():
             loss_of(b, torch.device("cpu"))
         """)
     assert "return batch.to(device)" in text
+
+
+@pytest.mark.parametrize("before, after", [
+    ("x = t.to(int(os.environ['LOCAL_RANK']))",
+     "x = t.to(devicekit.device(int(os.environ['LOCAL_RANK'])))"),
+    ("device = local_rank\ny = t.to(device)", "device = local_rank\ny = t.to(devicekit.device(device))"),
+    ("s = torch.GradScaler()", "s = devicekit.GradScaler(enabled=True)"),
+    ("dl = DataLoader(ds, pin_memory=True, pin_memory_device='cuda')",
+     "dl = DataLoader(ds, pin_memory=devicekit.pin_memory(), "
+     "pin_memory_device=devicekit.device_type())"),
+], ids=["inline LOCAL_RANK", "alias of a rank", "torch.GradScaler()", "pin_memory_device"])
+def test_more_idioms_of_real_code(before, after):
+    text, _ = port(before + "\n")
+    assert text == after + "\n"

@@ -68,6 +68,7 @@ class Facts(cst.BatchableCSTVisitor):
         self._parameter_of: Dict[int, Tuple[int, str]] = {}
         self.rank_parameters: Set[Tuple[int, str]] = set()
         self.compared_kinds: Set[str] = set()  # "cuda", "npu": what comparisons name
+        self._rank_calls: Set[int] = set()  # id() of calls that give a rank
 
     def qualified(self, node: cst.CSTNode) -> Set[str]:
         """The qualified names `node` may refer to, with the CUDA twins of Ascend names."""
@@ -79,7 +80,8 @@ class Facts(cst.BatchableCSTVisitor):
             self.values[name].append(value)
             if self._is_device_object(value):
                 self.kinds[name].add("device")
-            if self._is_rank_source(value):
+            if self._is_rank_source(value) or (  # device = rank: an alias of a rank
+                    _target_name(value) is not None and names.is_rank_like(_target_name(value))):
                 self.kinds[name].add("rank")
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -117,6 +119,8 @@ class Facts(cst.BatchableCSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name):
             self._calls.append(node)
+        if self._is_rank_source(node):  # x.to(int(os.environ["LOCAL_RANK"])), written inline
+            self._rank_calls.add(id(node))
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
             dest = _dest(node)
             self.flags.update(string_value(a.value) for a in node.args if a.keyword is None)
@@ -210,7 +214,8 @@ class Facts(cst.BatchableCSTVisitor):
         saw) holds a rank or a device index rather than a device, a dtype or a tensor."""
         if isinstance(node, cst.Integer):
             return True
-        if self._parameter_of.get(id(node)) in self.rank_parameters:
+        if self._parameter_of.get(id(node)) in self.rank_parameters or \
+                id(node) in self._rank_calls:
             return True
         name = _target_name(node)
         if name is None or "device" in self.kinds.get(name, ()):

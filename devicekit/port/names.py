@@ -53,7 +53,8 @@ NPU_GRAD_SCALER = {"torch.npu.amp.GradScaler", "torch_npu.npu.amp.GradScaler",
                    "torch_npu.npu.amp.grad_scaler.GradScaler"}
 DEVICE_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 CUDA_GRAD_SCALER = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
-DEVICE_GRAD_SCALER = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+DEVICE_GRAD_SCALER = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler",
+                      "torch.GradScaler"}  # "cuda" unless told
 TORCH_DEVICE = {"torch.device"}
 SET_DEFAULT_DEVICE = {"torch.set_default_device"}
 INIT_PROCESS_GROUP = {"torch.distributed.init_process_group", "torch.distributed.new_group",

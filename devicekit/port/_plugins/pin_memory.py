@@ -1,7 +1,8 @@
 """Pinned memory, which fails where no accelerator is present:
 
 - rule `pin-memory`: `DataLoader(..., pin_memory=True)` ->
-  `DataLoader(..., pin_memory=devicekit.pin_memory())`;
+  `DataLoader(..., pin_memory=devicekit.pin_memory())`, and its `pin_memory_device="cuda"`
+  (or "npu") -> `pin_memory_device=devicekit.device_type()`;
 - rule `pin-memory-call`: `x.pin_memory()` -> `(x.pin_memory() if devicekit.pin_memory()
   else x)`; on anything but a name or an attribute it is reported for a manual change.
   Under `if device_type == "cuda":` (ported to `devicekit.is_accelerator(device_type)`)
@@ -50,3 +51,11 @@ def pin_memory_argument(port: "PortTransformer", original: cst.Call, updated: cs
     if not m.matches(arg.value, m.Name("True")):
         return None
     return replace_arg_value(updated, arg, devicekit_call("pin_memory"))
+
+
+@keyword("pin_memory_device", "pin-memory")
+def pin_memory_device(port: "PortTransformer", original: cst.Call, updated: cst.Call,
+                      arg: cst.Arg, qualified: Set[str], method: Optional[str]
+                      ) -> Optional[cst.Call]:
+    """pin_memory_device="npu" -> pin_memory_device=devicekit.device_type()."""
+    return port.port_arg(original, updated, arg, "string")

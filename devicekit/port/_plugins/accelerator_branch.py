@@ -59,7 +59,8 @@ def _asks(value: cst.BaseExpression, negated: bool, like: cst.CSTNode) -> cst.Ba
 @leave(cst.Comparison)
 def comparison(port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
                ) -> Optional[cst.BaseExpression]:
-    """"cuda" in device, device_type == "cuda" -> devicekit.is_accelerator(...)."""
+    """"cuda" in device -> devicekit.is_accelerator(device); device_type == "cuda" ->
+    device_type == devicekit.accelerator_type()."""
     operands = [original.left] + [c.comparator for c in original.comparisons]
     if not any(map(_names_a_device, operands)) or any(map(_asks_devicekit, operands)) or \
             guards_device_only_code(port, original):

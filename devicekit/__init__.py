@@ -46,6 +46,7 @@ from devicekit.errors import (  # noqa: E402
     UsageError, exit_on_usage_error, report_usage_errors, warn)
 from devicekit.kinds import register_kind  # noqa: E402
 from devicekit.environments import LaunchContext, LaunchOptions  # noqa: E402
+from devicekit.profiler import profile  # noqa: E402
 from devicekit.processes import (  # noqa: E402
     RankFailed, die_with_launcher, launch, nprocs_per_node)
 from devicekit.seeding import seed_everything  # noqa: E402
@@ -76,7 +77,7 @@ __all__ = [
     "load_checkpoint", "local_rank", "local_world_size", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
     "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last",
-    "rank", "register_kind", "reset_peak_memory_stats", "save_checkpoint",
+    "profile", "rank", "register_kind", "reset_peak_memory_stats", "save_checkpoint",
     "seed_everything", "set_device", "synchronize", "unwrap", "warn", "world_size",
     "wrap_ddp",
 ]

@@ -274,3 +274,20 @@ out.update(cls=type(fp16).__module__ + "." + type(fp16).__qualname__,
     assert (out["fp16"], out["scale"], out["bf16"]) == (True, 1024.0, False)
     assert ["amp.GradScaler", {"init_scale": 1024, "dynamic": False, "enabled": True}] in \
         out["calls"]
+
+
+def test_profile_uses_torch_npus_profiler_with_the_npu_activity(tmp_path):
+    out, _ = scenario("""
+import devicekit, torch
+from devicekit import runtime
+runtime.kind("npu")
+with devicekit.profile(sys.argv[1], wait=0, warmup=1, active=2) as prof:
+    for _ in range(3):
+        torch.ones(4).sum()
+        prof.step()
+""", str(tmp_path), FAKE_NPU_COUNT="1")
+    calls = [call for call in out["calls"] if call[0].startswith("profiler.")]
+    assert calls == [
+        ["profiler.schedule", {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}],
+        ["profiler.tensorboard_trace_handler", str(tmp_path)],
+        ["profiler.profile", ["CPU", "NPU"]]]

@@ -404,3 +404,18 @@ def test_two_processes_building_at_once_both_start_and_leave_one_build(tmp_path)
     assert [r.stdout.strip() for r in results] == ["npu:0", "npu:0"]
     built, lock = sorted(p.name for p in cache.iterdir())
     assert built.startswith("npu-standin-") and lock == "npu-standin.lock"
+
+
+def test_profile_records_the_host_where_torch_npu_is_absent(tmp_path):
+    """The stand-in registers torch.npu without torch_npu, whose profiler sees the NPU:
+    devicekit.profile still works, with torch.profiler recording the host."""
+    out = scenario(f"""
+import glob
+with devicekit.profile({str(tmp_path)!r}, wait=0, warmup=1, active=2) as prof:
+    for _ in range(3):
+        (torch.ones(64, 64, device="npu") @ torch.ones(64, 64, device="npu")).sum()
+        prof.step()
+[trace] = glob.glob({str(tmp_path)!r} + "/*.pt.trace.json")
+out["names"] = sorted({{e.get("name") for e in json.load(open(trace))["traceEvents"]}} - {{None}})
+""")
+    assert "aten::mm" in out["names"]

@@ -170,6 +170,20 @@ class DeviceKind(abc.ABC):
         """Whether bfloat16 tensors and autocast work here (torch's CPU kernels have them)."""
         return True
 
+    # -- profiling ------------------------------------------------------------------
+    profiler_activities: Tuple[str, ...] = ("CPU",)  # torch.profiler.ProfilerActivity's
+
+    def profiler(self, output_dir: str, wait: int, warmup: int, active: int, repeat: int,
+                 **options) -> torch.profiler.profile:
+        """torch.profiler over this kind's activities on a `wait/warmup/active` schedule,
+        writing a trace (TensorBoard's profiler view and Perfetto open it) to `output_dir`."""
+        activities = [getattr(torch.profiler.ProfilerActivity, name)
+                      for name in self.profiler_activities]
+        return torch.profiler.profile(
+            activities=activities, on_trace_ready=torch.profiler.tensorboard_trace_handler(
+                output_dir), schedule=torch.profiler.schedule(
+                wait=wait, warmup=warmup, active=active, repeat=repeat), **options)
+
 
 class AcceleratorKind(DeviceKind):
     """An accelerator driven through its torch device module (`torch.get_device_module`:

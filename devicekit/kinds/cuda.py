@@ -14,6 +14,7 @@ class CudaKind(AcceleratorKind):
     display_name, device_noun = "CUDA", "GPU"
     install_hint = "install a CUDA build of torch and check `nvidia-smi`"
     check_hint = "check `nvidia-smi` and the variable"
+    profiler_activities = ("CPU", "CUDA")
 
     def visible_devices(self, environ):
         value = environ.get(self.visible_devices_env)

@@ -214,3 +214,20 @@ class NpuKind(AcceleratorKind):
         # on chips that saturate instead of producing inf/nan (910A) it reads the overflow
         # flag torch's own class cannot see, and `dynamic=False` gives a static loss scale.
         return self.module.amp.GradScaler(enabled=enabled, **kwargs)
+
+    def profiler(self, output_dir, wait, warmup, active, repeat, **options):
+        # torch.profiler does not see the NPU: torch_npu's profiler records its operators
+        # (CANN's msprof underneath) and writes the trace layout TensorBoard's Ascend
+        # profiler plugin reads. Where torch.npu was registered without torch_npu (the
+        # stand-in), only the host can be profiled.
+        if importlib.util.find_spec("torch_npu") is None:
+            return super().profiler(output_dir, wait, warmup, active, repeat, **options)
+        import torch_npu.profiler
+
+        return torch_npu.profiler.profile(
+            activities=[torch_npu.profiler.ProfilerActivity.CPU,
+                        torch_npu.profiler.ProfilerActivity.NPU],
+            schedule=torch_npu.profiler.schedule(wait=wait, warmup=warmup, active=active,
+                                                 repeat=repeat),
+            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(output_dir),
+            **options)

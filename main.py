@@ -19,7 +19,7 @@ import torch
 
 import devicekit
 import models
-from trainer import data, loop, state
+from trainer import data, loop, observe, state
 from trainer.batching import split_per_process
 from trainer.loaders import build_loaders
 from trainer.options import launch_options, parse_args
@@ -61,10 +61,14 @@ def train(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> None:
     if args.evaluate:
         loop.validate(setup.val_loader, setup.model, setup.criterion, setup.run)
         return
+    if args.profile_steps:
+        observe.check_profile_steps(args.profile_steps, (args.epochs - position.epoch)
+                                    * setup.steps_per_epoch - position.step)
     if ctx.is_main:
         os.makedirs(args.output_dir, exist_ok=True)
-    while position.epoch < args.epochs:
-        position = run_epoch(ctx, args, setup, position)
+    with observe.observing(args, ctx.is_main, setup.steps_per_epoch) as observer:
+        while position.epoch < args.epochs:
+            position = run_epoch(ctx, args, setup, position, observer)
     finish(ctx, setup.model)
 
 
@@ -79,6 +83,7 @@ class Setup(NamedTuple):
     scaler: torch.amp.GradScaler
     train_loader: torch.utils.data.DataLoader
     val_loader: torch.utils.data.DataLoader
+    steps_per_epoch: int  # training steps
     batch_size: int  # per process
     run: types.SimpleNamespace  # the settings trainer.loop reads
 
@@ -108,7 +113,7 @@ def build(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> Setup:
         steps_per_epoch=args.steps_per_epoch, val_steps=args.val_steps,
         save_every=args.save_every)
     return Setup(model, ddp_model, criterion, optimizer, scheduler, scaler, train_loader,
-                 val_loader, batch_size, run)
+                 val_loader, steps, batch_size, run)
 
 
 def print_setup(ctx: devicekit.LaunchContext, args: argparse.Namespace, batch_size: int,
@@ -181,23 +186,25 @@ def resume(ctx: devicekit.LaunchContext, args: argparse.Namespace,
 
 
 def run_epoch(ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Setup,
-              start: state.Position) -> state.Position:
+              start: state.Position, observer: observe.Observer) -> state.Position:
     """Train the epoch `start` is in (from its step, when resumed mid-epoch), validate it,
-    record and checkpoint it; returns the position at the next epoch's start."""
+    record (metrics.jsonl, `observer`) and checkpoint it; returns the position at the next
+    epoch's start."""
     epoch = start.epoch
     started, lr = time.time(), setup.optimizer.param_groups[0]["lr"]
     setup.train_loader.sampler.set_epoch(epoch, skip=start.step * setup.batch_size)
     trained = loop.train_one_epoch(
         setup.train_loader, setup.ddp_model, setup.criterion, setup.optimizer, setup.scheduler,
         setup.scaler, epoch, setup.run, start.step, start.totals if start.step else None,
-        functools.partial(save_mid_epoch, ctx, args, setup, start.best_acc1))
+        functools.partial(save_mid_epoch, ctx, args, setup, start.best_acc1), observer)
     devicekit.broadcast_buffers(setup.model)  # every rank validates rank 0's model
     validated = loop.validate(setup.val_loader, setup.model, setup.criterion, setup.run)
     is_best = validated["acc1"] > start.best_acc1
     end = state.Position(epoch + 1, 0, max(validated["acc1"], start.best_acc1))
     if ctx.is_main:
-        state.append_metrics(args.output_dir, epoch_metrics(
-            ctx, epoch, lr, trained, validated, time.time() - started))
+        metrics = epoch_metrics(ctx, epoch, lr, trained, validated, time.time() - started)
+        state.append_metrics(args.output_dir, metrics)
+        observer.epoch_done(epoch, metrics)
         state.save(args.output_dir, checkpoint(args, setup, end), is_best)
     devicekit.barrier()
     return end

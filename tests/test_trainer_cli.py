@@ -18,7 +18,7 @@ from devicekit import LaunchOptions, UsageError, kinds
 from devicekit.environments import REFERENCE_DIST_URL, resolve_launch
 from trainer import config
 from trainer.config import DuplicateKeyError, UniqueKeyLoader
-from trainer.options import launch_options, parse_args
+from trainer.options import build_parser, launch_options, parse_args
 
 from conftest import ROOT, clean_environ
 
@@ -324,6 +324,45 @@ def test_resume_of_a_finished_run_is_refused_unless_evaluating(tmp_path):
                                 "--evaluate to only validate it")
     assert parse_args(["--dummy", "--epochs", "4", "--resume", path]).resume == path
     assert parse_args(["--dummy", "--epochs", "3", "--resume", path, "--evaluate"]).evaluate
+
+
+def test_tensorboard_folder_is_checked_without_being_made(tmp_path):
+    board = tmp_path / "new" / "board"
+    assert parse_args(["--dummy", "--tensorboard", str(board)]).tensorboard == str(board)
+    assert os.listdir(tmp_path) == []
+
+
+def test_tensorboard_without_its_package_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
+    with pytest.raises(UsageError) as error:
+        parse_args(["--dummy", "--tensorboard", "board"])
+    assert str(error.value) == ("--tensorboard needs the tensorboard package, which is not "
+                                "installed: pip install 'devicekit[tensorboard]'")
+
+
+def test_observing_flags_come_from_the_config_too(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", f"tensorboard: {tmp_path / 'board'}\n"
+                                           "profile-steps: 3\n")
+    args = parse_args(["--config", path, "--dummy"])
+    assert (args.tensorboard, args.profile_steps) == (str(tmp_path / "board"), 3)
+
+
+def test_profile_steps_count_the_epochs_left_to_train(tmp_path):
+    # 1 step to wait + 1 to warm up + 2 recorded: 4 of the 2 x 3 steps of epochs 1 and 2.
+    line = ["--dummy", "--epochs", "3", "--steps-per-epoch", "3", "--profile-steps"]
+    assert parse_args(line + ["2", "--start-epoch", "1"]).profile_steps == 2
+    with pytest.raises(UsageError, match="needs 6 training steps .* at most 3: "):
+        parse_args(line + ["4", "--start-epoch", "2"])
+    # A resumed run may start at any epoch: --start-epoch does not count then.
+    resume = str(tmp_path / "checkpoint.pth.tar")
+    torch.save({"epoch": 0}, resume)
+    assert parse_args(line + ["4", "--start-epoch", "2", "--resume", resume]).profile_steps == 4
+    # Without --steps-per-epoch the rank counts the loader's steps.
+    assert parse_args(["--dummy", "--profile-steps", "10000"]).profile_steps == 10000
+
+
+def test_help_says_where_the_trace_goes():
+    assert "OUTPUT_DIR/profile/" in " ".join(build_parser().format_help().split())
 
 
 # -- end to end ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch
 
 import devicekit
 from trainer.data import normalize
+from trainer.observe import OFF, Observer
 
 WARMUP_STEPS = 5
 
@@ -58,7 +59,7 @@ def prepare_batch(images, target, device, channels_last):
 
 
 def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoch, run,
-                    first_step=0, totals=None, save=None):
+                    first_step=0, totals=None, save=None, observer: Observer = OFF):
     """Train `model` for one epoch (capped at run.steps_per_epoch); returns
     {"loss", "acc1", "acc5", "images_per_sec"} of this rank, measured on the device
     (images per second after the first WARMUP_STEPS steps, when the epoch is long enough).
@@ -66,6 +67,7 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
     A resumed epoch starts at `first_step` (the loader already skips the samples before
     it) with the `totals` its checkpoint held. Every run.save_every steps within the epoch,
     after an optimizer step, `save(epoch, steps_done, totals)` writes a checkpoint.
+    `observer` sees every step and each printed step's loss, top-1 and learning rate.
     """
     model.train()
     steps = first_step + len(loader)
@@ -83,6 +85,7 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
         if step >= steps:
             break
         data_time.update(time.perf_counter() - end)
+        lr = optimizer.param_groups[0]["lr"]  # this step's, before the scheduler moves it
         images, target = prepare_batch(images, target, run.device, run.channels_last)
         last_micro = (step + 1) % run.grad_accum == 0 or step + 1 == steps
         with devicekit.no_sync(model, enabled=not last_micro):
@@ -111,9 +114,11 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
             top5.update(hits5.item() * 100.0 / n, n)
             print(progress_line(f"Epoch: [{epoch}]", step, steps,
                                 [batch_time, data_time, losses, top1, top5]), flush=True)
+            observer.train_step(epoch, step, losses.value, top1.value, lr)
         if save is not None and last_micro and run.save_every and \
                 (step + 1) % run.save_every == 0 and step + 1 < steps:
             save(epoch, step + 1, totals)
+        observer.step_done()
         end = time.perf_counter()
     devicekit.synchronize()
     elapsed = time.perf_counter() - start

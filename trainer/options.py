@@ -3,6 +3,7 @@ script flags, and a few of our own; a YAML config underneath; validation with on
 errors."""
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -13,7 +14,7 @@ from devicekit.distributed import timeout_seconds
 from devicekit.errors import EXIT_USAGE
 from devicekit.environments.reading import REFERENCE_DIST_URL, parse_dist_url
 from devicekit.kinds import device_choices
-from trainer import data, state
+from trainer import data, observe, state
 from trainer.config import load_config
 
 # Torch seeds are 64 bits and rank or epoch are added to --seed: a signed 64-bit seed
@@ -148,6 +149,15 @@ def build_parser():
     p.add_argument("--save-every", type=int, default=None, metavar="N",
                    help="also checkpoint every N training steps within an epoch, for a "
                         "resume that loses fewer steps (default: at epoch ends only)")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="TensorBoard event files from rank 0 in DIR: train loss, top-1 and lr "
+                        "every --print-freq steps, validation loss, top-1, top-5 and images/s "
+                        "every epoch, the run's flags as text (needs pip install "
+                        "'devicekit[tensorboard]')")
+    p.add_argument("--profile-steps", type=int, default=None, metavar="N",
+                   help=f"profile N training steps on rank 0, after {observe.PROFILE_WAIT} "
+                        f"step to wait and {observe.PROFILE_WARMUP} to warm up; the trace goes "
+                        f"to OUTPUT_DIR/{observe.PROFILE_FOLDER}/")
     return p
 
 
@@ -212,31 +222,52 @@ def _positive(name, value, minimum=1):
         raise UsageError(f"{name} {value} must be at least {minimum}")
 
 
-def _check_output_dir(path):
-    """Refuse an --output-dir the run could not create or write in, without creating it:
-    its nearest existing ancestor must be a folder this user can create entries in (a
-    folder made and removed there proves it), and every component still to be made must
-    fit the file system's NAME_MAX."""
+def _check_writable_dir(path, flag="--output-dir"):
+    """Refuse a folder `flag` names that the run could not create or write in, without
+    creating it: its nearest existing ancestor must be a folder this user can create
+    entries in (a folder made and removed there proves it), and every component still to
+    be made must fit the file system's NAME_MAX."""
     ancestor, missing = os.path.abspath(path), []
     while not os.path.lexists(ancestor):  # ends at "/" at the latest
         ancestor, name = os.path.split(ancestor)
         missing.insert(0, name)
-    flag = f"--output-dir {path!r}"
+    named = f"{flag} {path!r}"
     if not os.path.isdir(ancestor):
         where = f"cannot be made: {ancestor!r}" if missing else "already"
-        raise UsageError(f"{flag} {where} exists and is not a folder: choose another "
-                         "--output-dir")
+        raise UsageError(f"{named} {where} exists and is not a folder: choose another {flag}")
     limit = os.pathconf(ancestor, "PC_NAME_MAX")
     for name in missing:
         if len(os.fsencode(name)) > limit:
-            raise UsageError(f"{flag} cannot be made: the name {name[:20]!r}... is "
+            raise UsageError(f"{named} cannot be made: the name {name[:20]!r}... is "
                              f"{len(os.fsencode(name))} bytes, over the file system's limit "
                              f"of {limit}: use a shorter name")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".output-dir-probe-", dir=ancestor))
     except OSError as error:
-        raise UsageError(f"{flag} is not writable: making a folder in {ancestor!r} fails "
-                         f"({error.strerror}): choose another --output-dir") from None
+        raise UsageError(f"{named} is not writable: making a folder in {ancestor!r} fails "
+                         f"({error.strerror}): choose another {flag}") from None
+
+
+def _check_observing(args):
+    """Refuse --tensorboard and --profile-steps where they cannot do their job: with
+    --evaluate (nothing trains), TensorBoard not installed or its folder unwritable, fewer
+    training steps than the profiler's schedule needs (counted here when --steps-per-epoch
+    bounds them; otherwise each rank counts them once its loader exists)."""
+    for flag, value in (("--tensorboard", args.tensorboard),
+                        ("--profile-steps", args.profile_steps)):
+        if value is not None and args.evaluate:
+            raise UsageError(f"{flag} records training, and --evaluate trains nothing: drop "
+                             "one of them")
+    if args.tensorboard is not None:
+        if importlib.util.find_spec("tensorboard") is None:
+            raise UsageError("--tensorboard needs the tensorboard package, which is not "
+                             "installed: pip install 'devicekit[tensorboard]'")
+        _check_writable_dir(args.tensorboard, "--tensorboard")
+    _positive("--profile-steps", args.profile_steps)
+    if args.profile_steps is not None and args.steps_per_epoch is not None:
+        # A resumed run starts at its checkpoint's epoch, not --start-epoch: at most --epochs.
+        epochs = args.epochs - (0 if args.resume else args.start_epoch)
+        observe.check_profile_steps(args.profile_steps, epochs * args.steps_per_epoch)
 
 
 def _check_resume_not_finished(path, epochs):
@@ -311,7 +342,8 @@ def validate(args):
     # --evaluate writes nothing (no checkpoint, no metrics), so where its output would go
     # does not matter: a run that only validates needs no writable --output-dir.
     if not args.evaluate:
-        _check_output_dir(args.output_dir)
+        _check_writable_dir(args.output_dir)
+    _check_observing(args)
     data.check_data_dir(args.data_dir, args.dummy, args.batch_size)
     if args.resume and args.resume != "auto" and not args.evaluate:
         _check_resume_not_finished(args.resume, args.epochs)

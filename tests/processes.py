@@ -68,6 +68,15 @@ def taken_port():
         holder.close()
 
 
+def output_file(path):
+    """A fresh file for a child's output, opened in append mode. The child shares this open
+    file with the test: with O_APPEND its writes land at the end whatever position the test
+    reads from (a plain "w+" file shares one offset, so the test's seek(0) made the child
+    overwrite the start of its own output)."""
+    open(path, "w").close()
+    return open(path, "a+")
+
+
 class Finished:
     """What one process left behind."""
 
@@ -99,8 +108,8 @@ class Processes:
 
     def start(self, name, argv, env):
         """Start `argv` in its own session, output to `<name>.stdout` / `<name>.stderr`."""
-        out = open(self.directory / f"{name}.stdout", "w+")
-        err = open(self.directory / f"{name}.stderr", "w+")
+        out, err = (output_file(self.directory / f"{name}.{stream}")
+                    for stream in ("stdout", "stderr"))
         proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, start_new_session=True)
         self._started.append((proc, out, err, time.monotonic()))

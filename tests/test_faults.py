@@ -32,7 +32,7 @@ import pytest
 
 from devicekit.environments import find_free_port
 from conftest import is_launcher_variable
-from processes import taken_port
+from processes import output_file, taken_port
 
 REPO = Path(__file__).resolve().parents[1]
 FAULT_DIR = Path(__file__).resolve().parent / "fault_injection"
@@ -179,8 +179,8 @@ class Tracked:
         return child_env(self.marker, fault, **extra)
 
     def start(self, name, argv, env, cwd=REPO):
-        out = open(self.directory / f"{name}.stdout", "w+")
-        err = open(self.directory / f"{name}.stderr", "w+")
+        out, err = (output_file(self.directory / f"{name}.{stream}")
+                    for stream in ("stdout", "stderr"))
         proc = subprocess.Popen([str(a) for a in argv], env=env, cwd=cwd,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 start_new_session=True)

@@ -5,6 +5,7 @@ accelerator device strings ("cuda", "npu:0", f"cuda:{i}", "npu:%d" % i,
 from typing import List, Optional, Sequence
 
 import libcst as cst
+import libcst.matchers as m
 
 _EMPTY = cst.Module(body=[])
 NOT_DEVICE = object()  # parse_device_string's answer for "not a device string"
@@ -157,3 +158,9 @@ def with_arg_after(call: cst.Call, anchor: cst.Arg, new: cst.Arg) -> cst.Call:
         else:
             args.append(arg)
     return call.with_changes(args=args)
+
+
+# `devicekit.device_type() == "npu"`: the guard the port writes around NPU-only code
+DEVICE_TYPE_GUARD = m.Comparison(
+    left=m.Call(func=m.Attribute(value=m.Name("devicekit"), attr=m.Name("device_type"))),
+    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())])

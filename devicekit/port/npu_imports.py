@@ -11,7 +11,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from devicekit.port.nodes import code
+from devicekit.port.nodes import DEVICE_TYPE_GUARD, code
 from devicekit.port.report import Change, Manual
 
 _TORCH_NPU, _TRANSFER = "torch_npu", "torch_npu.contrib.transfer_to_npu"
@@ -24,9 +24,6 @@ _STILL_NEEDED = {
                 "transfer_to_npu maps onto the NPU", "port them by hand; then remove the "
                                                      "import, which fails without torch_npu"),
 }
-_NPU_GUARD = m.Comparison(
-    left=m.Call(func=m.Attribute(value=m.Name("devicekit"), attr=m.Name("device_type"))),
-    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())])
 
 
 class SideEffectImport(NamedTuple):
@@ -89,7 +86,7 @@ class _Reads(cst.CSTVisitor):
         return False
 
     def visit_If(self, node: cst.If) -> bool:
-        if not m.matches(node.test, _NPU_GUARD):
+        if not m.matches(node.test, DEVICE_TYPE_GUARD):
             return True
         if node.orelse is not None:
             node.orelse.visit(self)

@@ -13,7 +13,7 @@ import libcst.matchers as m
 
 from devicekit.port import names
 from devicekit.port._plugins import leave
-from devicekit.port.nodes import devicekit_call
+from devicekit.port.nodes import DEVICE_TYPE_GUARD, devicekit_call
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
@@ -28,15 +28,12 @@ def _target(small: cst.BaseSmallStatement) -> Optional[cst.BaseExpression]:
     return None
 
 
-_GUARD = m.Comparison(
-    left=m.Call(func=m.Attribute(value=m.Name("devicekit"), attr=m.Name("device_type"))),
-    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())])
 
 
 def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> bool:
     block = port.parent(line)
     statement = port.parent(block) if block is not None else None
-    return isinstance(statement, cst.If) and m.matches(statement.test, _GUARD)
+    return isinstance(statement, cst.If) and m.matches(statement.test, DEVICE_TYPE_GUARD)
 
 
 def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> Optional[str]:

@@ -28,8 +28,6 @@ def _target(small: cst.BaseSmallStatement) -> Optional[cst.BaseExpression]:
     return None
 
 
-
-
 def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> bool:
     block = port.parent(line)
     statement = port.parent(block) if block is not None else None

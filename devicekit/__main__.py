@@ -1,15 +1,14 @@
 """The devicekit command line: `doctor`, `check`, `nproc`, `port` and `preflight`."""
 
-import argparse
 import sys
 
 from devicekit import __version__, check, doctor, runtime
-from devicekit.errors import exit_on_usage_error
+from devicekit.errors import ArgumentParser, exit_on_usage_error
 from devicekit.environments import pop_local_rank
 
 
 def _parser():
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu.")
     parser.add_argument("--version", action="version", version=f"devicekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)

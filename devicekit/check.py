@@ -23,11 +23,15 @@ from devicekit.environments import LaunchOptions, launcher_of
 
 EXIT_DISAGREE = 1
 WARMUP = 2
+# The all_reduce sizes timed run from 1 KiB up to --max-bytes; each rank holds a buffer of
+# the largest, so 4 GiB bounds what a mistyped value can ask of the device's memory.
+MIN_MESSAGE = 1024
+MAX_MESSAGE = 4 << 30
 
 
 def message_sizes(max_bytes):
     """Message sizes in bytes: 1 KiB, then x4 up to `max_bytes`."""
-    sizes, size = [], 1024
+    sizes, size = [], MIN_MESSAGE
     while size <= max_bytes:
         sizes.append(size)
         size *= 4
@@ -156,6 +160,9 @@ def main(args):
                             multiprocessing_distributed=True, cli=True)
     runtime.kind(args.device, source="--device")
     timeout_seconds(args.dist_timeout, "--dist-timeout")
+    if not MIN_MESSAGE <= args.max_bytes <= MAX_MESSAGE:
+        raise UsageError(f"--max-bytes {args.max_bytes} is not a message size to time: use "
+                         f"{MIN_MESSAGE} to {MAX_MESSAGE} ({MAX_MESSAGE >> 30} GiB)")
     if launcher_of() is not None or args.local_rank is not None:
         if args.nproc_per_node is not None:
             raise UsageError("--nproc-per-node is for starting ranks without a launcher; "

@@ -14,7 +14,6 @@ import pickle
 import shutil
 import tempfile
 import warnings
-import zipfile
 from typing import Any, Union
 
 import torch
@@ -178,9 +177,22 @@ def load(path, what="checkpoint", map_location="cpu"):
                 f"{what} {path!r} holds objects other than tensors and plain values, which "
                 "could run code when loaded; refusing it (weights_only=True: "
                 f"{reason}). Re-save it as a plain state_dict from a trusted source") from None
-        raise UsageError(f"{what} {path!r} is corrupt ({error}): use an intact copy") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
-        first = _first_sentence(str(error)) or type(error).__name__
+        first = _first_sentence(str(error).replace("\n", " ")) or type(error).__name__
+        raise UsageError(f"{what} {path!r} is corrupt ({first}): use an intact copy") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} {path!r} is a directory: pass the checkpoint file") from None
+    except PermissionError:
+        raise UsageError(f"{what} {path!r} cannot be read (permission denied): check its "
+                         "permissions") from None
+    except MemoryError:
+        raise UsageError(f"{what} {path!r} claims more memory than this machine has: it is "
+                         "corrupt, or load it on a machine with more memory") from None
+    except Exception as error:  # noqa: BLE001 - any failure to unpickle a file is the file's
+        # Text, JSON or random bytes take torch's legacy (pre-zip) path, whose unpickler fails
+        # with whatever the bytes happen to spell: KeyError, IndexError, struct.error, ...
+        first = _first_sentence(str(error).replace("\n", " "))
+        if not first or not isinstance(error, (RuntimeError, OSError, ValueError)):
+            first = f"{type(error).__name__}: {first}" if first else type(error).__name__
         raise UsageError(
             f"{what} {path!r} is truncated or not a PyTorch checkpoint ({first}): use an intact "
             "copy, e.g. the previous checkpoint.pth.tar") from None
@@ -188,6 +200,15 @@ def load(path, what="checkpoint", map_location="cpu"):
 
 def load_state_dict_into(model, state_dict, source):
     """Load `state_dict` (prefix stripped) into `model`; a mismatch is a UsageError."""
+    if not isinstance(state_dict, dict):
+        raise UsageError(f"{source} holds a {type(state_dict).__name__}, not a state_dict (a "
+                         "mapping of parameter names to tensors): pass a model's weights")
+    strange = next((key for key, value in state_dict.items()
+                    if not isinstance(key, str) or not isinstance(value, torch.Tensor)), None)
+    if strange is not None:
+        raise UsageError(f"{source} is not a state_dict: its entry {strange!r:.60} is a "
+                         f"{type(state_dict[strange]).__name__}, not a tensor; pass a model's "
+                         "weights")
     state_dict = strip_prefix(state_dict)
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
@@ -202,7 +223,12 @@ def load_state_dict_into(model, state_dict, source):
                 details.append(f"{len(keys)} {label} (e.g. {keys[0]})")
         raise UsageError(f"{source} does not fit this model: {', '.join(details)}; check --arch "
                          "and --num-classes")
-    model.load_state_dict(state_dict)
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as error:  # e.g. a sparse, complex or meta tensor in a weight's place
+        reason = str(error).strip().splitlines()[-1].strip()[:120]
+        raise UsageError(f"{source} holds tensors this model cannot take ({reason}): pass a "
+                         "model's weights") from None
 
 
 def fingerprint(model: torch.nn.Module) -> str:

@@ -13,7 +13,9 @@ ENV_VAR = "DEVICEKIT_DEVICE"
 
 def _label(source, choice):
     """How the choice reads where it was made: `--device npu`, `device_type='npu'`."""
-    return f"{source} {choice}" if source.startswith("--") else f"{source}={choice!r}"
+    if source.startswith("--"):
+        return f"{source} {choice}" if str(choice).isidentifier() else f"{source} {choice!r}"
+    return f"{source}={choice!r}"
 
 
 def resolve_kind(requested: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
@@ -29,8 +31,9 @@ def resolve_kind(requested: Optional[str] = None, environ: Optional[Mapping[str,
     choice = str(requested or "auto").strip().lower()
     label = _label(source, requested)
     if choice == "auto":
-        choice = environ.get(ENV_VAR, "auto").strip().lower()
-        label = f"{ENV_VAR}={choice}"
+        value = environ.get(ENV_VAR, "auto")
+        choice = value.strip().lower()
+        label = f"{ENV_VAR}={choice}" if choice.isidentifier() else f"{ENV_VAR}={value!r}"
     if choice not in ("", "auto"):
         kind = kinds.get(choice, label)
         usable, reason = kind.probe()

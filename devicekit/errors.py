@@ -7,6 +7,7 @@ as one line on stderr and exits with code 2; :func:`report_usage_errors` does th
 a UsageError that escapes a user's own script. Internal bugs keep their tracebacks.
 """
 
+import argparse
 import functools
 import sys
 
@@ -14,7 +15,20 @@ EXIT_USAGE = 2
 
 
 class UsageError(Exception):
-    """A mistake the user can fix; the message names the problem and the fix."""
+    """A mistake the user can fix; the message names the problem and the fix.
+
+    The message is kept to one printable line: a control character or line break that a
+    variable, file name or config key brought in is shown escaped (`\\x1e`, `\\n`), so
+    the message cannot be split into lines or move the cursor on the user's terminal."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(one_line(str(message)))
+
+
+def one_line(text: str) -> str:
+    """`text` with every character that is not printable (other than a space) escaped."""
+    return "".join(char if char.isprintable() or char == " " else
+                   char.encode("unicode_escape").decode("ascii") for char in text)
 
 
 def warn(message):
@@ -50,3 +64,15 @@ def report_usage_errors() -> None:
         previous(kind, error, traceback)
 
     sys.excepthook = hook
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose every mistake (an unknown flag, a value of the wrong type, a missing
+    argument) is one line on stderr and exit code 2, like a UsageError; argparse itself
+    prints its usage block first. Subcommand parsers inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        command = f"python {self.prog}" if self.prog.endswith(".py") else self.prog
+        print(f"error: {one_line(message)} (see: {command} --help)", file=sys.stderr,
+              flush=True)
+        sys.exit(EXIT_USAGE)

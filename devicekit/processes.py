@@ -110,7 +110,12 @@ def _nprocs(nprocs, options):
     except ValueError:
         value = 0
     if value < 1:
-        shown = f"{name} {nprocs}" if name.startswith("--") else f"{name}={nprocs!r}"
+        if not name.startswith("--"):
+            shown = f"{name}={nprocs!r}"
+        else:  # a flag's value as typed, quoted where it holds blanks or control characters
+            text = str(nprocs)
+            plain = text.isprintable() and text and not any(char.isspace() for char in text)
+            shown = f"{name} {text if plain else repr(text)}"
         raise UsageError(f"{shown} must be a whole number of processes, at least 1")
     return value
 

@@ -40,12 +40,14 @@ def names():
     return sorted(_BUILDERS, key=_natural_key)
 
 
-def check_name(name):
+def check_name(name, flag=""):
     """Raise :class:`UsageError` unless ``name`` is registered: one line that lists the
-    choices (and the closest name, when one is close)."""
+    choices (and the closest name, when one is close), naming ``flag`` when it is given."""
     if name not in _BUILDERS:
         choices = names()
-        message = f"unknown architecture {name!r}: choose one of {', '.join(choices)}"
+        given = f" ({flag} {name})" if flag else ""
+        message = (f"unknown architecture {name!r}{given}: choose one of "
+                   f"{', '.join(choices)}")
         close = difflib.get_close_matches(str(name), choices, n=1)
         if close:
             message += f" (did you mean {close[0]!r}?)"

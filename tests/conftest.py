@@ -5,10 +5,21 @@ import os
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+# Property-based tests (tests/test_fuzz_*.py). CI runs "ci": a fixed seed (the same examples
+# on every run) and a budget that keeps the suite short; `pytest tests/test_fuzz_*.py
+# --hypothesis-profile=long --hypothesis-show-statistics` tries many more, new each run.
+settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", max_examples=5000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")
 
 
 @functools.lru_cache(maxsize=None)

@@ -124,6 +124,12 @@ def build_files(d):
     with open(os.path.join(d, "evil_pickle.pth.tar"), "wb") as f:
         pickle.dump(RunsCode(f"{d}/pickle_marker"), f, protocol=2)
     torch.save({"weights": torch.ones(2)}, os.path.join(d, "not_a_checkpoint.pth.tar"))
+    with open(os.path.join(d, "notes.txt"), "w") as f:
+        f.write("hello notes\n")  # torch's legacy path fails on it with KeyError: 101
+    saved = torch.load(good, weights_only=True)
+    torch.save(dict(saved, epoch="1"), os.path.join(d, "epoch_text.pth.tar"))
+    with open(os.path.join(d, "control.yaml"), "w") as f:
+        f.write(r'"\x1e": 1' + "\n")  # YAML for a key that splits a line
 
 
 # -- the cases ----------------------------------------------------------------------------
@@ -254,8 +260,8 @@ CASES = [
           "refused (safe_load)"], marker="yaml_marker"),
     Case("epochs-zero", ["--epochs", "0"], ["--epochs 0 must be at least 1"]),
     Case("epochs-negative", ["--epochs", "-1"], ["--epochs -1 must be at least 1"]),
-    Case("lr-zero", ["--lr", "0"], ["--lr 0 must be positive"]),
-    Case("lr-negative", ["--lr", "-0.1"], ["--lr -0.1 must be positive"]),
+    Case("lr-zero", ["--lr", "0"], ["--lr 0 must be a positive, finite number"]),
+    Case("lr-negative", ["--lr", "-0.1"], ["--lr -0.1 must be a positive, finite number"]),
     Case("workers-negative", ["--workers", "-1"], ["--workers -1 must be at least 0"]),
     Case("batch-zero", ["-b", "0"], ["--batch-size 0 must be at least 1"]),
     Case("resume-missing", ["--resume", "{d}/nowhere.pth.tar"],
@@ -294,6 +300,18 @@ CASES = [
     Case("pretrained-without-path", ["--pretrained"],
          ["--pretrained needs a PATH", "cannot download weights"]),
     Case("unknown-flag", ["--bogus"], ["unrecognized arguments: --bogus", "--help"]),
+    # Found by tests/test_fuzz_*.py: each was a traceback or a second line before.
+    Case("resume-text-file", ["--resume", "{d}/notes.txt"],
+         ["--resume checkpoint '{d}/notes.txt' is truncated or not a PyTorch checkpoint "
+          "(KeyError: 101)"]),
+    Case("pretrained-text-file", ["--pretrained", "{d}/notes.txt"],
+         ["--pretrained file '{d}/notes.txt' is truncated or not a PyTorch checkpoint"]),
+    Case("resume-epoch-not-a-count", ["--resume", "{d}/epoch_text.pth.tar"],
+         ["--resume '{d}/epoch_text.pth.tar' is not a checkpoint main.py wrote (its epoch is "
+          "'1', not a count)"]),
+    Case("momentum-nan", ["--momentum", "nan"], ["--momentum nan must be a finite number"]),
+    Case("config-control-character", ["--config", "{d}/control.yaml"],
+         ["has unknown option(s): \\x1e;"]),
 ]
 BY_ID = {case.id: case for case in CASES}
 assert len(BY_ID) == len(CASES)
@@ -496,3 +514,27 @@ def test_load_names_a_global_that_is_not_allowlisted(tmp_path):
     message = str(error.value)
     assert "holds objects other than tensors" in message and "\n" not in message
     assert "GLOBAL numpy._core.multiarray.scalar was not an allowed global" in message
+
+
+def test_a_usage_error_is_one_printable_line_whatever_the_input_brought():
+    # A config key "\x1e" (found by test_fuzz_trainer.py) split the printed line in two.
+    message = str(UsageError("unknown option(s): \x1e, a\nb, \x1b[2J, é, 中"))
+    assert message == "unknown option(s): \\x1e, a\\nb, \\x1b[2J, é, 中"
+    assert message.splitlines() == [message]
+
+
+def test_resume_with_another_optimizers_state_names_the_optimizer(tmp_path):
+    # Found by test_fuzz_checkpoint.py: an optimizer state without SGD's momentum loaded,
+    # and the first step failed with KeyError: 'momentum' on every rank.
+    path = write_checkpoint(str(tmp_path / "c.pth.tar"))
+    saved = torch.load(path, weights_only=True)
+    model = models.create("tinynet", num_classes=10)
+    adam = torch.optim.Adam(model.parameters())
+    torch.save(dict(saved, optimizer=adam.state_dict()), path)
+    sgd = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+    with pytest.raises(UsageError) as error:
+        state.resume(path, "tinynet", model, sgd, state.make_scheduler(sgd, 2, 0, "step", 2),
+                     torch.amp.GradScaler("cpu", enabled=False))
+    assert str(error.value).startswith(
+        f"--resume {path!r}: its optimizer state does not fit this run (ValueError: "
+        "it has no momentum)")

@@ -7,22 +7,26 @@ styles people write) with the command, then run the ported copies unchanged on t
 """
 
 import ast
+import codecs
 import inspect
 import json
+import os
 import pkgutil
 import re
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, clean_environ
-from devicekit.port import _plugins, port_source
+from devicekit.port import ParseFailure, _plugins, engine, port_source
 from devicekit.port.cli import main
 from devicekit.port.transformer import PortTransformer
+from invariant import assert_usage_line
 from processes import Processes, describe
 
 CORPUS = Path(__file__).resolve().parent / "port_corpus"
@@ -319,6 +323,19 @@ def test_from_imports_are_resolved_and_orphans_removed():
     """)
 
 
+@pytest.mark.parametrize("source, expected", [
+    ('import torch\nif torch.__version__ >= "1.8":\n    import torch_npu\nx = 1\n',
+     "import torch\nx = 1\n"),
+    # a test that may do something stays: it was removed, and setup() with it
+    ("if setup():\n    import torch_npu\n", "if setup():\n    pass\n"),
+    # an else: branch stays: it was removed with the try
+    ("try:\n    import torch_npu\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n",
+     "try:\n    pass\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n"),
+], ids=["version test", "a call in the test", "try with else"])
+def test_what_held_a_torch_npu_import_goes_only_when_it_did_nothing_else(source, expected):
+    assert port_source(source.encode())[0].decode() == expected
+
+
 def test_an_import_still_used_is_kept():
     before = textwrap.dedent("""\
     import torch
@@ -445,6 +462,60 @@ def test_line_endings_and_encoding_are_kept():
                                      "\r\nname = 'caf\xe9'\r\ny = x.to(devicekit.device())\r\n")
 
 
+def test_the_line_endings_of_a_mixed_file_are_kept():
+    # libcst failed on this mix ("Internal error while parsing whitespace")
+    source = b"import torch\r\nx = 1\r\n\ny = x.cuda()\n\rz = 3\r"
+    out, report = port_source(source)
+    assert out == (b"import torch\r\nimport devicekit\r\nx = 1\r\n\n"
+                   b"y = x.to(devicekit.device())\n\rz = 3\r")
+    assert [c.line for c in report.changes] == [4]
+
+
+def test_a_file_of_lone_carriage_returns_keeps_them():
+    out, _ = port_source(b"import torch\rx = 1\ry = x.cuda()\r")
+    assert out == b"import torch\rimport devicekit\rx = 1\ry = x.to(devicekit.device())\r"
+
+
+@pytest.mark.parametrize("source, expected", [
+    (b"import torch\nx = y.cuda()\n  # the end\n",
+     b"import torch\nimport devicekit\nx = y.to(devicekit.device())\n  # the end\n"),
+    (b"import torch_npu\nx = 1\n\t# the end\n\n  ", b"x = 1\n\t# the end\n\n  "),
+], ids=["indented comment", "tab, blank lines, no newline"])
+def test_comments_after_the_last_statement_are_kept(source, expected):
+    # libcst drops indented comment and blank lines after the last top-level statement
+    assert port_source(source)[0] == expected
+
+
+def test_a_file_libcst_panics_at_is_ported():
+    # lone \r after backslashes, characters of 4 bytes: libcst's native parser panicked
+    # (pyo3's PanicException, a BaseException) until the line endings were made one
+    source = "try:\n\\\r\r class V\U0002e1e0\u0134:\\\ns\nexcept \\\r :\n p".encode()
+    assert port_source(source) == (source, port_source(source)[1])
+
+
+def test_a_panic_of_libcst_is_a_one_line_refusal(monkeypatch):
+    class PanicException(BaseException):
+        pass
+
+    def panics(text):
+        raise PanicException("byte index 9 is not a char boundary")
+
+    monkeypatch.setattr(engine.cst, "parse_module", panics)
+    with pytest.raises(ParseFailure) as error:
+        port_source(b"x = 1\ny = 2\n", "train.py")
+    assert str(error.value) == ("train.py: does not parse with libcst, the parser devicekit port "
+                                "uses, though Python reads it: its parser failed (line 2): port "
+                                "this file by hand")
+
+
+def test_a_form_feed_is_kept():
+    # libcst drops a form feed that starts a line
+    source = b"import torch\n\x0c\ndef f():\n\x0c    return x.cuda()\n\x0cy = 1\n"
+    out, _ = port_source(source)
+    assert out == (b"import torch\nimport devicekit\n\x0c\ndef f():\n"
+                   b"\x0c    return x.to(devicekit.device())\n\x0cy = 1\n")
+
+
 @pytest.mark.parametrize("source, expected", [
     ('"""Doc."""\nfrom __future__ import annotations\ny = x.cuda()\n',
      '"""Doc."""\nfrom __future__ import annotations\nimport devicekit\n'
@@ -506,6 +577,15 @@ def run_port(capsys, *argv):
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def run_port_exit(capsys, *argv):
+    """run_port, with argparse's exit taken for the exit code."""
+    try:
+        return run_port(capsys, *argv)
+    except SystemExit as stop:
+        out, err = capsys.readouterr()
+        return stop.code, out, err
 
 
 def test_default_prints_a_diff_and_a_summary_and_writes_nothing(tmp_path, capsys):
@@ -622,6 +702,101 @@ def test_a_file_that_does_not_parse_stops_everything(tmp_path, capsys, mode):
     assert "(line 1)" in err
     assert first.read_text() == SCRIPT and last.read_text() == SCRIPT
     assert not (tmp_path / "out").exists() and not (tmp_path / "r.json").exists()
+
+
+def test_a_nul_byte_is_refused_with_its_line():
+    # was "does not parse: source code string cannot contain null bytes (line None)"
+    with pytest.raises(ParseFailure) as error:
+        port_source(b"import torch\nx = 1\n\x00\n", "train.py")
+    message = assert_usage_line(error.value, ["train.py"])
+    assert message == ("train.py: does not parse: it contains a NUL byte (line 3): it is not a "
+                       "Python source file, or it was saved as UTF-16: save it as UTF-8 text")
+
+
+@pytest.mark.parametrize("source, says", [
+    (b"x = 1\ny = '\xe9'\n", "is not UTF-8 text: byte 0xe9 at line 2 cannot be decoded"),
+    (b"# \xff\nx = 1\n", "is not UTF-8 text: byte 0xff at line 1"),  # was a traceback
+    (b"#!/usr/bin/env python\n# coding: nope\n", "declares an encoding Python does not know, "
+                                                  "'nope' (line 2)"),  # was "(line 0)"
+    (codecs.BOM_UTF8 + b"# coding: latin-1\n", "starts with a UTF-8 byte-order mark but "
+                                                "declares encoding 'latin-1' (line 1)"),
+    ("x = 1\n".encode("utf-16"), "NUL byte (line 1)"),
+    (b"\n\t \\\r\n", "does not parse with libcst, the parser devicekit port uses, though "
+                       "Python reads it: tokenizer error: unexpected end of file after a line "
+                       "continuation (line 2)"),
+    # RecursionError tracebacks: from Python's parser, and from libcst's visitors
+    (b"x = " + b"+".join([b"a"] * 5000) + b"\n", "nests too deeply for Python's parser (line 1)"),
+    (b"y = 1\nx = " + b"-" * 900 + b"1\n", "nests too deeply for devicekit port (line 2)"),
+    (b"if x:\n    a = 0\n" + b"".join(b"elif x == %d:\n    a = %d\n" % (i, i)
+                                      for i in range(1, 1000)), "(line 2000)"),
+], ids=["latin-1 byte", "byte in a comment", "unknown encoding", "BOM and latin-1", "UTF-16",
+        "backslash at the end", "a+a+...", "----1", "elif x 1000"])
+def test_unreadable_sources_say_what_and_where(source, says):
+    with pytest.raises(ParseFailure) as error:
+        port_source(source, "train.py")
+    assert says in assert_usage_line(error.value, ["train.py"])
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--report", "a.py", "a.py"], "a.py: --report would overwrite an input"),
+    (["--report", "b.py", "a.py"], "b.py: --report would write JSON over a Python file: name a "
+                                   ".json file"),
+    (["--report", "a.py/r.json", "a.py"], "a.py/r.json: --report cannot be written: a.py is "
+                                          "not a writable folder"),
+    (["--out", "", "a.py"], "--out '': give a folder"),
+    (["--out", "o/p", "--report", "o", "a.py"], "o: --report would stand where --out o/p "
+                                                "writes a folder: name a file outside it, or "
+                                                "in it"),  # was refused after writing o/p/a.py
+    (["--report", "r\0.json", "a.py"], "r\\x00.json: --report is not a usable path (embedded "
+                                       "null byte)"),  # was a ValueError traceback
+    # was refused only when writing, after making the folder o/
+    (["--out", "o/" + "x" * 300, "a.py"], "o/" + "x" * 300 + ": --out is not a usable path "
+                                                            "(File name too long)"),
+    (["a\nb.py"], "a\\nb.py: no such file or directory"),
+    (["a\0b.py"], "a\\x00b.py: no such file or directory"),
+    ([""], "'': an empty path: give .py files or folders of them"),  # it ported the folder
+    (["x" * 300 + ".py"], "x" * 300 + ".py: not a usable path (File name too long)"),
+    (["--wr", "--check", "a.py"], "argument --check: not allowed with argument --write (see: "
+                                  "devicekit port --help)"),
+], ids=["report over the input", "report over a script", "report under a file", "empty out",
+        "report where out writes", "NUL in report", "out name too long",
+        "newline in a name", "NUL in a name", "empty path", "name too long", "two modes"])
+def test_bad_command_lines_are_one_line_and_change_nothing(tmp_path, monkeypatch, capsys, argv,
+                                                           says):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "a.py", SCRIPT)
+    code, out, err = run_port_exit(capsys, *argv)
+    assert (code, out) == (2, "") and err.count("\n") == 1, (code, out, err)
+    assert err == f"devicekit port: error: {says}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py"]
+    assert (tmp_path / "a.py").read_text() == SCRIPT
+
+
+def test_out_where_a_file_stands_for_a_folder_is_refused_before_writing(tmp_path, capsys):
+    write(tmp_path / "src" / "a.py", SCRIPT)
+    write(tmp_path / "src" / "pkg" / "b.py", SCRIPT)
+    write(tmp_path / "out" / "pkg", "a file")
+    code, _, err = run_port(capsys, "--out", tmp_path / "out", tmp_path / "src")
+    assert code == 2 and err == (f"devicekit port: error: {tmp_path / 'out' / 'pkg' / 'b.py'}: "
+                                 f"--out cannot write it: {tmp_path / 'out' / 'pkg'} is a file\n")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pkg"]
+
+
+def test_write_refuses_a_pipe(tmp_path, capsys):
+    pipe = tmp_path / "pipe.py"
+    os.mkfifo(pipe)
+
+    def feed():
+        with open(pipe, "wb") as stream:  # opens once the port opens the pipe to read it
+            stream.write(SCRIPT.encode())
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    code, _, err = run_port(capsys, "--write", pipe)
+    feeder.join(timeout=10)
+    assert code == 2 and err == (f"devicekit port: error: {pipe}: --write rewrites regular files "
+                                 "only (this is a pipe or a device): use --out DIR\n")
+    assert pipe.is_fifo()
 
 
 def test_out_over_the_inputs_is_refused(tmp_path, capsys):

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import clean_environ
+from devicekit.errors import UsageError
+from devicekit.preflight.cli import read_arguments
+from invariant import assert_usage_line
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "preflight_scripts"
@@ -190,6 +193,62 @@ def test_another_releases_list_is_used(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(args, says):
     line = one_line_error(preflight(*args))
     assert line.startswith(says), line
+
+
+# Checked in-process by read_arguments before anything runs: each was a traceback after
+# the run, two lines, or a script overwritten with the report.
+@pytest.mark.parametrize("argv, says", [
+    (["nul.py"], "script 'nul.py' does not parse: it contains a NUL byte (line 2): it is not a "
+                 "Python source file, or it was saved as UTF-16: save it as UTF-8 text"),
+    (["syntax.py"], "script 'syntax.py' does not parse: invalid syntax (line 1)"),
+    (["module_return.py"], "script 'module_return.py' does not parse: 'return' outside "
+                           "function (line 1)"),
+    (["--json", "train.py", "train.py"], "--json 'train.py' is a folder or the script itself: "
+                                         "name a new file, such as report.json"),
+    (["--json", "sub", "train.py"], "--json 'sub' is a folder or the script itself"),
+    (["--json", "", "train.py"], "--json '': name a file for the report, such as report.json"),
+    (["--json", "a\0b", "train.py"], "--json 'a\\x00b' is not a usable path (embedded null "
+                                     "byte): choose another path"),
+    (["--json", "x" * 300, "train.py"], f"--json '{'x' * 300}' is not a usable path (File name "
+                                        "too long)"),
+    (["--torch-npu", "2.1\n0", "train.py"], "--torch-npu '2.1\\n0': devicekit ships the list "
+                                            "of 2.13.0 only"),
+    (["--ops", "bad.yaml", "train.py"], "--ops 'bad.yaml' is not a torch_npu wheel or operator "
+                                        "yaml (ScannerError: mapping values are not allowed "
+                                        "here (line 1)): pass the file from the release you "
+                                        "target"),
+    (["-m", "no_such_module_here"], "-m 'no_such_module_here': no module named "
+                                    "'no_such_module_here' in this folder or on sys.path"),
+    (["-m", "a b"], "-m 'a b' is not a module name"),
+], ids=["NUL byte", "syntax error", "return outside a function", "json over the script",
+        "json a folder", "json empty", "json NUL", "json too long", "version with a newline",
+        "yaml error", "no such module", "not a module name"])
+def test_arguments_are_refused_in_one_line_before_the_script_runs(tmp_path, monkeypatch, argv,
+                                                                    says):
+    monkeypatch.chdir(tmp_path)
+    for name, data in {"nul.py": b"x = 1\n\x00\n", "syntax.py": b"def f(:\n    pass\n",
+                       "module_return.py": b"return 1\n", "train.py": b"print('ran')\n",
+                       "bad.yaml": b"a: b: c\n"}.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(UsageError) as error:
+        read_arguments(argv)
+    message = assert_usage_line(error.value, [argv[-1] if argv[0] != "-m" else "-m", argv[0]])
+    assert message.startswith(says), message
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--steps", "x", "train.py"], "error: argument --steps: invalid int value: 'x' (see: "
+                                   "devicekit preflight --help)"),
+    (["--st", "2", "train.py"], "error: unrecognized arguments: --st (see: devicekit preflight "
+                                "--help)"),  # an abbreviation took "2" for the script
+])
+def test_argparse_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, says):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    with pytest.raises(SystemExit) as stop:
+        read_arguments(argv)
+    assert stop.value.code == 2 and capsys.readouterr().err == says + "\n"
 
 
 @pytest.mark.slow

@@ -154,7 +154,7 @@ def test_amp_flags(argv, amp, loss_scale):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--loss-scale", "big"], "'big' is not a number or 'dynamic'"),
-    (["--loss-scale", "0"], "'0' must be positive"),
+    (["--loss-scale", "0"], "'0' must be a positive, finite number"),
     (["--opt-level", "O4"], "--opt-level"),
     (["--device-list", "0,0"], "must list distinct device ids"),
     (["--device-list", "a,b"], "is not a comma-separated list of device ids"),
@@ -246,7 +246,7 @@ def test_empty_config_changes_nothing(tmp_path):
     ("lr: [1, 2]\n", "lr: [1, 2] is not a number"),
     ("lr-schedule: linear\n", "lr-schedule: 'linear' is not one of step, cosine"),
     ("device-list: a,b\n", "device-list: 'a,b' is not a comma-separated list of device ids"),
-    ("loss-scale: 0\n", "loss-scale: '0' must be positive"),
+    ("loss-scale: 0\n", "loss-scale: '0' must be a positive, finite number"),
     ("amp: 1\n", "amp: 1 is not true or false"),
 ])
 def test_config_values_are_checked_naming_the_file_and_key(tmp_path, text, problem):

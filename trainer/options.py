@@ -4,6 +4,7 @@ errors."""
 
 import argparse
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -11,7 +12,7 @@ import tempfile
 import models
 from devicekit import LaunchOptions, UsageError, checkpoint
 from devicekit.distributed import timeout_seconds
-from devicekit.errors import EXIT_USAGE
+from devicekit.errors import ArgumentParser
 from devicekit.environments.reading import REFERENCE_DIST_URL, parse_dist_url
 from devicekit.kinds import device_choices
 from trainer import data, observe, state
@@ -20,14 +21,6 @@ from trainer.config import load_config
 # Torch seeds are 64 bits and rank or epoch are added to --seed: a signed 64-bit seed
 # keeps every such sum in range whatever the world size and epoch count.
 SEED_RANGE = (-2**63, 2**63 - 1)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one line on stderr and exit code 2."""
-
-    def error(self, message):
-        print(f"error: {message} (see: python {self.prog} --help)", file=sys.stderr, flush=True)
-        sys.exit(EXIT_USAGE)
 
 
 def _device_list(text):
@@ -47,14 +40,14 @@ def _loss_scale(text):
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'dynamic'")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
     return value
 
 
 def build_parser():
     """The argparse parser for main.py."""
-    p = _Parser(prog="main.py", description="ImageNet-style training on cuda, npu or cpu.")
+    p = ArgumentParser(prog="main.py", description="ImageNet-style training on cuda, npu or cpu.")
     p.add_argument("data_dir", metavar="DIR", nargs="?", default=None,
                    help="dataset root with train/ and val/ ImageFolder trees")
     p.add_argument("--data", metavar="DIR", default=None, help="same as DIR (Ascend scripts)")
@@ -180,7 +173,11 @@ def _config_argv(parser, config, path):
         elif value is not None and isinstance(actions[0].nargs, int):  # --x A B: a list
             tokens += [_long_flag(actions[0]), *_config_list(actions[0], value, where)]
         elif value is not None:
-            text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+            if isinstance(value, dict) or (isinstance(value, list) and any(
+                    isinstance(item, (dict, list)) for item in value)):
+                raise UsageError(f"{where} {value!r} is not a value for a flag: write a "
+                                 "number, a word or a list of them")
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             _check_config_value(actions[0], text, value, where)
             tokens.append(f"{_long_flag(actions[0])}={text}")
     return tokens
@@ -218,7 +215,11 @@ def _long_flag(action):
 
 
 def _positive(name, value, minimum=1):
-    if value is not None and value < minimum:
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{name} {value} must be a finite number, at least {minimum}")
+    if value < minimum:
         raise UsageError(f"{name} {value} must be at least {minimum}")
 
 
@@ -296,8 +297,8 @@ def validate(args):
                         ("--warmup", args.warmup), ("--momentum", args.momentum),
                         ("--weight-decay", args.weight_decay)):
         _positive(name, value, 0)
-    if not args.lr > 0:
-        raise UsageError(f"--lr {args.lr:g} must be positive")
+    if not 0 < args.lr < math.inf:
+        raise UsageError(f"--lr {args.lr:g} must be a positive, finite number")
     if not 0 <= args.label_smoothing < 1:
         raise UsageError(f"--label-smoothing {args.label_smoothing:g} must be in [0, 1)")
     low, high = args.crop_scale
@@ -307,8 +308,8 @@ def validate(args):
     if not args.augment and tuple(args.crop_scale) != data.DEFAULT_CROP_SCALE:
         raise UsageError(f"--crop-scale {low:g} {high:g} does nothing with --no-augment (which "
                          "crops no random area): drop one of them")
-    if args.clip_grad is not None and not args.clip_grad > 0:
-        raise UsageError(f"--clip-grad {args.clip_grad:g} must be positive")
+    if args.clip_grad is not None and not 0 < args.clip_grad < math.inf:
+        raise UsageError(f"--clip-grad {args.clip_grad:g} must be a positive, finite number")
     if args.start_epoch >= args.epochs and not args.evaluate and not args.resume:
         raise UsageError(f"--start-epoch {args.start_epoch} leaves nothing to train with "
                          f"--epochs {args.epochs}")
@@ -325,7 +326,7 @@ def validate(args):
         raise UsageError(f"--pretrained {args.pretrained!r} does not exist: check the path")
     if args.data_dir and args.data and os.path.abspath(args.data_dir) != os.path.abspath(args.data):
         raise UsageError(f"DIR {args.data_dir!r} and --data {args.data!r} disagree: give one")
-    models.check_name(args.arch)
+    models.check_name(args.arch, "--arch")
     if not SEED_RANGE[0] <= args.seed <= SEED_RANGE[1]:
         raise UsageError(f"--seed {args.seed} is out of range: use a whole number from "
                          f"{SEED_RANGE[0]} to {SEED_RANGE[1]} (64 bits; the rank and the "

@@ -72,22 +72,101 @@ def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
 def resume(path, arch, model, optimizer, scheduler, scaler):
     """Load a checkpoint into the run; returns its Position."""
     state = checkpoint.load(path, "--resume checkpoint")
+    source = f"--resume {path!r}"
     required = ("epoch", "arch", "state_dict", "optimizer")
     if not isinstance(state, dict) or any(key not in state for key in required):
-        raise UsageError(f"--resume {path!r} is not a training checkpoint (it needs the keys "
+        raise UsageError(f"{source} is not a training checkpoint (it needs the keys "
                          f"{', '.join(required)}): use a checkpoint.pth.tar written by main.py")
+    position = _position(state, source)
     if state["arch"] != arch:
-        raise UsageError(f"--resume {path!r} was written for --arch {state['arch']}, not "
-                         f"{arch}: pass --arch {state['arch']}")
-    checkpoint.load_state_dict_into(model, state["state_dict"], f"--resume {path!r}")
-    optimizer.load_state_dict(state["optimizer"])
+        raise UsageError(f"{source} was written for --arch {state['arch']}, not {arch}: "
+                         f"pass --arch {state['arch']}")
+    checkpoint.load_state_dict_into(model, state["state_dict"], source)
+    _load_into(optimizer, state["optimizer"], "optimizer", source)
     if "scheduler" in state:
-        scheduler.load_state_dict(state["scheduler"])
+        _load_into(scheduler, state["scheduler"], "scheduler", source)
     if scaler.is_enabled() and state.get("scaler"):
-        scaler.load_state_dict(state["scaler"])
-    return Position(int(state["epoch"]), int(state.get("step", 0)),
-                    float(state.get("best_acc1", 0.0)), state.get("rng_states"),
-                    state.get("totals"))
+        _load_into(scaler, state["scaler"], "scaler", source)
+    return position
+
+
+def _not_written_by_main(source, what):
+    return UsageError(f"{source} is not a checkpoint main.py wrote ({what}): use a "
+                      "checkpoint.pth.tar written by main.py")
+
+
+def _whole(value, key, source):
+    """A count the checkpoint holds: a non-negative int (not a bool, not a float)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _not_written_by_main(source, f"its {key} is {value!r:.40}, not a count")
+    return value
+
+
+def _position(state, source):
+    """The Position a checkpoint holds, each field checked against what main.py writes."""
+    epoch = _whole(state["epoch"], "epoch", source)
+    step = _whole(state.get("step", 0), "step", source)
+    best = state.get("best_acc1", 0.0)
+    if isinstance(best, bool) or not isinstance(best, (int, float)) or not math.isfinite(best):
+        raise _not_written_by_main(source, f"its best_acc1 is {best!r:.40}, not a number")
+    if not isinstance(state["arch"], str):
+        raise _not_written_by_main(source, f"its arch is {state['arch']!r:.40}, not a name")
+    rng_states = state.get("rng_states")
+    size = torch.get_rng_state().numel()
+    if rng_states is not None and not (
+            isinstance(rng_states, list) and all(
+                isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
+                and tuple(rng.shape) == (size,) for rng in rng_states)):
+        raise _not_written_by_main(source, "its rng_states are not generator states")
+    totals = state.get("totals")
+    if totals is not None and not (isinstance(totals, torch.Tensor)
+                                   and tuple(totals.shape) == (4,)
+                                   and totals.dtype.is_floating_point):
+        raise _not_written_by_main(source, "its totals are not 4 running sums")
+    return Position(epoch, step, float(best), rng_states, totals)
+
+
+def _load_into(target, state_dict, key, source):
+    """`target.load_state_dict(state_dict)`; a state of another optimizer, schedule or shape
+    is a UsageError naming `key`."""
+    if not isinstance(state_dict, dict):
+        raise _not_written_by_main(source, f"its {key} is a {type(state_dict).__name__}")
+    try:
+        target.load_state_dict(state_dict)
+        if isinstance(target, torch.optim.Optimizer):
+            _check_optimizer(target)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as error:
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+        reason = f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+        raise UsageError(f"{source}: its {key} state does not fit this run ({reason}): "
+                         "resume with the flags that wrote it, or start afresh without "
+                         "--resume") from None
+
+
+def _check_optimizer(optimizer):
+    """What load_state_dict takes on trust but the next step would trip over: numeric
+    hyper-parameters, and per-parameter buffers of the parameter's shape."""
+    for group in optimizer.param_groups:
+        for name, default in optimizer.defaults.items():
+            if name not in group:
+                raise ValueError(f"it has no {name}")
+            value = group[name]
+            if isinstance(default, bool) or default is None:
+                fits = value is None or isinstance(value, bool)
+            elif isinstance(default, (int, float)):
+                fits = not isinstance(value, bool) and isinstance(value, (int, float))
+            else:
+                fits = True
+            if not fits:
+                raise ValueError(f"its {name} is {value!r:.40}")
+        for param in group["params"]:
+            for name, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor) and value.numel() != 1 \
+                        and value.shape != param.shape:
+                    raise ValueError(f"its {name} has shape {tuple(value.shape)} for a "
+                                     f"parameter of shape {tuple(param.shape)}")
+                if not isinstance(value, (torch.Tensor, int, float, type(None))):
+                    raise ValueError(f"its {name} is a {type(value).__name__}")
 
 
 def resume_path(resume, output_dir):

@@ -11,7 +11,7 @@ from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
     PORT, check_below, check_device, check_gpu_agrees, check_local_rank_agrees, listed_device,
-    read_numbers, refuse_spawning, require)
+    read_numbers, refuse_spawning, require, to_host)
 from devicekit.environments.torchrun import has_rank_variables
 from devicekit.errors import UsageError
 
@@ -51,7 +51,8 @@ class DeepSpeed(LaunchEnvironment):
         check_local_rank_agrees(options, local_rank)
         check_gpu_agrees(options, local_rank)
         ctx = LaunchContext(self.name, rank, local_rank, world_size, local_size, node_rank,
-                            nnodes, environ["MASTER_ADDR"], values["MASTER_PORT"],
+                            nnodes, to_host(environ["MASTER_ADDR"], "MASTER_ADDR"),
+                            values["MASTER_PORT"],
                             listed_device(options, local_rank, "LOCAL_RANK"))
         return check_device(ctx, kind, "LOCAL_RANK" if not options.device_list
                             else options.name("device_list"))

@@ -3,21 +3,25 @@
 import dataclasses
 from typing import Optional, Tuple
 
+from devicekit.errors import UsageError
+
 # How each option is called in messages: by a trainer's command line, or in Python.
 _FLAGS = {"local_rank": "--local-rank", "gpu": "--gpu", "rank": "--rank",
           "world_size": "--world-size", "dist_url": "--dist-url", "addr": "--addr",
           "port": "--port", "multiprocessing_distributed": "--multiprocessing-distributed",
           "nproc_per_node": "--nproc-per-node", "device_list": "--device-list"}
 _PYTHON_NAMES = {"dist_url": "init_method", "nproc_per_node": "nprocs"}
+_NEGATIVE_MEANS_NONE = ("local_rank", "gpu", "rank", "world_size")
 
 
 @dataclasses.dataclass(frozen=True)
 class LaunchOptions:
     """Who a process is, as a script or a trainer's command line says it (None: not given).
 
-    Negative ranks and counts mean "not given", as argparse defaults of -1 do. With
-    `cli=True` error messages name the command-line flags (`--rank 5`), otherwise the
-    Python arguments (`rank=5`).
+    Negative ranks and counts mean "not given", as argparse defaults of -1 do. Numbers may
+    come as text (`rank=os.environ["RANK"]`); one that is not an integer is a UsageError
+    naming the option. With `cli=True` error messages name the command-line flags
+    (`--rank 5`), otherwise the Python arguments (`rank=5`).
     """
 
     local_rank: Optional[int] = None  # torch.distributed.launch's --local-rank / --local_rank
@@ -33,10 +37,43 @@ class LaunchOptions:
     cli: bool = False
 
     def __post_init__(self):
-        for name in ("local_rank", "gpu", "rank", "world_size"):
+        for name in ("local_rank", "gpu", "rank", "world_size", "port", "nproc_per_node"):
             value = getattr(self, name)
-            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-                object.__setattr__(self, name, None)
+            if value is None:
+                continue
+            value = self._integer(name, value)
+            if name in _NEGATIVE_MEANS_NONE and value < 0:
+                value = None
+            object.__setattr__(self, name, value)
+        for name in ("dist_url", "addr"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, str(getattr(self, name)))
+        if self.device_list is not None:
+            object.__setattr__(self, "device_list", self._device_ids(self.device_list) or None)
+
+    def _integer(self, field: str, value) -> int:
+        """`value` of option `field` as an int (text such as "3" too)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            if isinstance(value, (bool, float)):
+                raise ValueError(value)
+            return int(str(value).strip())
+        except ValueError:
+            raise UsageError(f"{self.show(field, value)} is not an integer: give a whole "
+                             "number") from None
+
+    def _device_ids(self, value) -> Tuple[int, ...]:
+        """The device list as distinct non-negative ints (from "0,1" too)."""
+        items = value.split(",") if isinstance(value, str) else value
+        try:
+            ids = tuple(self._integer("device_list", item) for item in items)
+        except (UsageError, TypeError):  # an item that is no integer, or not a sequence
+            ids = (-1,)
+        if ids and (min(ids) < 0 or len(set(ids)) != len(ids)):
+            raise UsageError(f"{self.show('device_list', value)} must list distinct device "
+                             "ids, e.g. 0,1,2,3")
+        return ids
 
     def name(self, field: str) -> str:
         """How `field` is called where the options came from (flag or Python argument)."""
@@ -44,4 +81,8 @@ class LaunchOptions:
 
     def show(self, field: str, value) -> str:
         """`--field value` on a command line, `field=value` in Python."""
-        return f"{self.name(field)} {value}" if self.cli else f"{self.name(field)}={value!r}"
+        if not self.cli:
+            return f"{self.name(field)}={value!r}"
+        shown = str(value)
+        plain = shown.isprintable() and shown and not any(char.isspace() for char in shown)
+        return f"{self.name(field)} {shown if plain else repr(value)}"

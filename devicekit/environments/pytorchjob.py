@@ -11,7 +11,7 @@ from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
     PORT, check_below, check_device, listed_device, read_numbers, refuse_spawning, require,
-    to_int)
+    to_host, to_int)
 from devicekit.errors import UsageError
 
 _FIX = (": a PyTorchJob's training operator exports RANK, WORLD_SIZE, MASTER_ADDR and "
@@ -46,5 +46,6 @@ class PyTorchJob(LaunchEnvironment):
         device_index = (listed_device(options, 0, "the local rank") if options.gpu is None
                         else to_int(options.gpu, options.name("gpu")))
         ctx = LaunchContext(self.name, rank, 0, world_size, 1, rank, world_size,
-                            environ["MASTER_ADDR"], values["MASTER_PORT"], device_index)
+                            to_host(environ["MASTER_ADDR"], "MASTER_ADDR"), values["MASTER_PORT"],
+                            device_index)
         return check_device(ctx, kind, options.name("gpu"))

@@ -15,6 +15,8 @@ inconsistent one is refused here, in one line. The ranks meet in devicekit's ren
 """
 
 import json
+import os
+import re
 from typing import List, Mapping, NamedTuple
 
 from devicekit.environments.base import LaunchEnvironment
@@ -52,9 +54,17 @@ def _get(container, key, location, label, expected=str):
 
 def _whole(container, key, location, label) -> int:
     value = _get(container, key, location, label)
-    if not value.strip().isdigit():
+    # ASCII digits: str.isdigit() also takes "²", which int() refuses.
+    if not re.fullmatch(r"[0-9]{1,18}", value.strip()):
         raise UsageError(f"{label}: {location} is {value!r}, not a whole number")
     return int(value)
+
+
+def _host(container, key, location, label) -> str:
+    value = _get(container, key, location, label)
+    if not value or not value.isprintable() or any(char.isspace() for char in value):
+        raise UsageError(f"{label}: {location} is {value!r}, not a host name or IP address")
+    return value
 
 
 def read_rank_table(path: str) -> List[Server]:
@@ -62,15 +72,21 @@ def read_rank_table(path: str) -> List[Server]:
     and a string, server_count matching server_list, rank_ids 0..N-1 each once."""
     label = f"RANK_TABLE_FILE={path!r}"
     try:
+        # Only a regular file: opening a FIFO would wait for a writer, /dev/zero never ends.
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise UsageError(f"{label} is not a file: point RANK_TABLE_FILE at the rank "
+                             "table JSON")
         with open(path, encoding="utf-8") as handle:
             table = json.load(handle)
     except OSError as error:
-        raise UsageError(f"{label} cannot be read ({error.strerror}): point RANK_TABLE_FILE "
-                         "at the rank table JSON") from None
+        raise UsageError(f"{label} cannot be read ({error.strerror or error}): point "
+                         "RANK_TABLE_FILE at the rank table JSON") from None
     except (ValueError, UnicodeDecodeError) as error:
         where = f" at line {error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
         raise UsageError(f"{label} is not valid JSON{where}: "
                          f"{getattr(error, 'msg', error)}") from None
+    except RecursionError:
+        raise UsageError(f"{label} is not a rank table: its JSON nests too deeply") from None
     if not isinstance(table, dict):
         raise UsageError(f"{label} holds {type(table).__name__}, not a JSON object with "
                          "server_count and server_list")
@@ -88,7 +104,7 @@ def read_rank_table(path: str) -> List[Server]:
         at = f"server_list[{s}]"
         # Version 1.2 tables name the host's address apart from the server's id.
         key = "host_ip" if isinstance(entry, dict) and "host_ip" in entry else "server_id"
-        host = _get(entry, key, f"{at}.{key}", label)
+        host = _host(entry, key, f"{at}.{key}", label)
         devices, device_ids = [], set()
         for d, device in enumerate(_get(entry, "device", f"{at}.device", label, list)):
             where = f"{at}.device[{d}]"

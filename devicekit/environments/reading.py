@@ -64,13 +64,22 @@ def require(values: Mapping[str, int], name: str, fix: str = "") -> int:
     return values[name]
 
 
+def to_host(value: str, name: str) -> str:
+    """`value` as the master's address: a host name or an IP address has no blank and no
+    control character (one would also break every message that shows the address)."""
+    if not value.isprintable() or any(char.isspace() for char in value):
+        raise UsageError(f"{name}={value!r} is not a host name or IP address: set it to the "
+                         "address of node 0 (e.g. 10.0.0.1 or node01)")
+    return value
+
+
 def parse_dist_url(url: str, name: str) -> Tuple[str, int]:
     """(host, port) of a tcp://HOST:PORT init method; `name` is what the error calls it."""
-    match = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:(\d+)", url.strip())
+    match = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:([0-9]+)", url.strip())
     if not match:
         raise UsageError(
             f"{name} {url!r} is not understood: use tcp://HOST:PORT or env://")
-    return match.group(1), to_port(match.group(2), f"{name} port")
+    return to_host(match.group(1), f"{name} host"), to_port(match.group(2), f"{name} port")
 
 
 def master(options: LaunchOptions, environ: Mapping[str, str], nnodes: int,
@@ -82,7 +91,12 @@ def master(options: LaunchOptions, environ: Mapping[str, str], nnodes: int,
     url = options.dist_url
     if url and url != REFERENCE_DIST_URL and not url.startswith("env://"):
         return parse_dist_url(url, options.name("dist_url"))
-    addr = options.addr or environ.get("MASTER_ADDR")
+    if options.addr:
+        addr = to_host(str(options.addr), options.name("addr"))
+    elif environ.get("MASTER_ADDR"):
+        addr = to_host(environ["MASTER_ADDR"], "MASTER_ADDR")
+    else:
+        addr = None
     if options.port is not None:
         port = to_port(options.port, options.name("port"))
     elif "MASTER_PORT" in environ:
@@ -185,4 +199,5 @@ def nodes_from_options(options: LaunchOptions, when: str) -> Tuple[int, int]:
 def count(environ: Mapping[str, str], name: str) -> int:
     """A count variable for detection only: its value when it is a number, else 1."""
     value = environ.get(name, "").strip()
-    return int(value) if value.isdigit() else 1
+    # isdigit() alone also takes "²", which int() refuses; detection must never raise.
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else 1

@@ -11,7 +11,7 @@ every task agrees without talking. The ranks meet in devicekit's rendezvous.
 """
 
 import re
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Tuple
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
@@ -27,16 +27,42 @@ _FIX = ": srun exports SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID to every tas
 PORT_BASE = 15000
 
 
-def tasks_per_node(variable: str, value: str) -> List[int]:
-    """Slurm's compressed tasks-per-node list expanded: `4(x2),3` -> [4, 4, 3]."""
-    counts = []
+def tasks_per_node(variable: str, value: str) -> List[Tuple[int, int]]:
+    """Slurm's compressed tasks-per-node list as (tasks, nodes) runs: `4(x2),3` ->
+    [(4, 2), (3, 1)]. Kept compressed: `1(x99999999)` is a count, not a list to build."""
+    runs = []
     for item in value.split(","):
-        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
-        if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < 1):
+        match = re.fullmatch(r"\s*([0-9]+)(?:\(x([0-9]+)\))?\s*", item)
+        if not match or len(match.group(1)) > 18 or len(match.group(2) or "") > 18 or \
+                int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < 1):
             raise UsageError(f"{variable}={value!r} is not Slurm's tasks-per-node form "
                              "(e.g. 4, 4(x2) or 4(x2),3)")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
+        runs.append((int(match.group(1)), int(match.group(2) or 1)))
+    return runs
+
+
+def _nodes(runs: List[Tuple[int, int]]) -> int:
+    return sum(nodes for _, nodes in runs)
+
+
+def _tasks_of(runs: List[Tuple[int, int]], node: int) -> int:
+    """How many tasks node `node` runs (below _nodes(runs))."""
+    for tasks, nodes in runs:
+        if node < nodes:
+            return tasks
+        node -= nodes
+    raise IndexError(node)
+
+
+def _node_of(runs: List[Tuple[int, int]], rank: int) -> int:
+    """The node of task `rank` under block distribution (below the runs' total)."""
+    node = 0
+    for tasks, nodes in runs:
+        if rank < tasks * nodes:
+            return node + rank // tasks
+        rank -= tasks * nodes
+        node += nodes
+    raise IndexError(rank)
 
 
 def job_port(environ: Mapping[str, str]) -> int:
@@ -70,29 +96,33 @@ class Slurm(LaunchEnvironment):
         check_below("SLURM_PROCID", rank, "SLURM_NTASKS", world_size,
                     f": ranks run from 0 to {world_size - 1}")
         layout = next((variable for variable in _LAYOUT_VARIABLES if environ.get(variable)), None)
-        counts = [world_size] if layout is None else tasks_per_node(layout, environ[layout])
-        if len(counts) == 1:
+        runs = [(world_size, 1)] if layout is None else tasks_per_node(layout, environ[layout])
+        if _nodes(runs) == 1:
             # One count: every node runs that many tasks.
-            if world_size % counts[0]:
+            tasks = runs[0][0]
+            if world_size % tasks:
                 raise UsageError(f"SLURM_NTASKS={world_size} is not a multiple of {layout}="
-                                 f"{counts[0]}: every node must run the same number of ranks")
-            counts = counts * (world_size // counts[0])
-        elif sum(counts) != world_size:
-            raise UsageError(f"{layout}={environ[layout]!r} adds up to {sum(counts)} tasks "
-                             f"but SLURM_NTASKS={world_size}")
+                                 f"{tasks}: every node must run the same number of ranks")
+            runs = [(tasks, world_size // tasks)]
+        elif sum(tasks * nodes for tasks, nodes in runs) != world_size:
+            raise UsageError(f"{layout}={environ[layout]!r} adds up to "
+                             f"{sum(tasks * nodes for tasks, nodes in runs)} tasks but "
+                             f"SLURM_NTASKS={world_size}")
+        nnodes = _nodes(runs)
         node_rank = values.get("SLURM_NODEID")
         if node_rank is None:  # block distribution, Slurm's default
-            node_rank = next(node for node in range(len(counts)) if rank < sum(counts[:node + 1]))
-        if node_rank >= len(counts):
+            node_rank = _node_of(runs, rank)
+        if node_rank >= nnodes:
             told = (f"{layout}={environ[layout]!r} describes" if layout else
                     "SLURM_NTASKS alone describes (no tasks-per-node variable is set)")
-            raise UsageError(f"SLURM_NODEID={node_rank} is not below the {len(counts)} node(s) "
+            raise UsageError(f"SLURM_NODEID={node_rank} is not below the {nnodes} node(s) "
                              f"that {told}")
-        if local_rank >= counts[node_rank]:
-            raise UsageError(f"SLURM_LOCALID={local_rank} is not below the {counts[node_rank]} "
+        local_world_size = _tasks_of(runs, node_rank)
+        if local_rank >= local_world_size:
+            raise UsageError(f"SLURM_LOCALID={local_rank} is not below the {local_world_size} "
                              f"task(s) of node {node_rank}")
-        addr, port = master(options, environ, len(counts), job_port(environ),
+        addr, port = master(options, environ, nnodes, job_port(environ),
                             lambda: _node0(environ))
-        ctx = LaunchContext(self.name, rank, local_rank, world_size, counts[node_rank],
-                            node_rank, len(counts), addr, port, local_rank)
+        ctx = LaunchContext(self.name, rank, local_rank, world_size, local_world_size,
+                            node_rank, nnodes, addr, port, local_rank)
         return check_device(ctx, kind, "SLURM_LOCALID")

@@ -13,7 +13,7 @@ from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     PORT, check_device, check_gpu_agrees, check_local_rank_agrees, check_ranks, listed_device,
-    read_numbers, refuse_spawning, require)
+    read_numbers, refuse_spawning, require, to_host)
 from devicekit.errors import UsageError
 
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -37,11 +37,12 @@ def rank_variables_context(name: str, launcher_store: bool, options: LaunchOptio
                                     "MASTER_PORT": PORT})
     rank = require(values, "RANK", _FIX)
     world_size = require(values, "WORLD_SIZE", _FIX)
+    local_name = "LOCAL_RANK"
     if "LOCAL_RANK" in values:
         local_rank = values["LOCAL_RANK"]
         check_local_rank_agrees(options, local_rank)
     elif options.local_rank is not None:
-        local_rank = options.local_rank
+        local_rank, local_name = options.local_rank, options.name("local_rank")
     else:
         raise UsageError("LOCAL_RANK is not set" + _FIX)
     for variable in ("MASTER_ADDR", "MASTER_PORT"):
@@ -49,11 +50,20 @@ def rank_variables_context(name: str, launcher_store: bool, options: LaunchOptio
             raise UsageError(f"{variable} is not set" + _FIX)
     local_world_size = values.get("LOCAL_WORLD_SIZE", world_size)
     check_ranks(rank, world_size, local_rank, local_world_size,
-                ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
-    node_rank = values.get("GROUP_RANK", values.get("NODE_RANK", rank // local_world_size))
+                ("RANK", "WORLD_SIZE", local_name, "LOCAL_WORLD_SIZE"))
+    nnodes = world_size // local_world_size
+    node_rank = rank // local_world_size
+    for variable in ("GROUP_RANK", "NODE_RANK"):
+        if variable in values:
+            node_rank = values[variable]
+            if node_rank >= nnodes:
+                raise UsageError(f"{variable}={node_rank} is not below the {nnodes} node(s) "
+                                 f"of WORLD_SIZE={world_size} / LOCAL_WORLD_SIZE="
+                                 f"{local_world_size}: node ranks run from 0 to {nnodes - 1}")
+            break
     check_gpu_agrees(options, local_rank)
     ctx = LaunchContext(name, rank, local_rank, world_size, local_world_size, node_rank,
-                        world_size // local_world_size, environ["MASTER_ADDR"],
+                        nnodes, to_host(environ["MASTER_ADDR"], "MASTER_ADDR"),
                         values["MASTER_PORT"], listed_device(options, local_rank, "LOCAL_RANK"),
                         launcher_store=launcher_store)
     return check_device(ctx, kind, "LOCAL_RANK" if not options.device_list

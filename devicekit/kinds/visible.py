@@ -4,7 +4,14 @@ import re
 
 from devicekit.errors import UsageError
 
-_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+_UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]+")
+_ID = re.compile(r"[0-9]{1,9}")
+
+
+def is_device_id(entry):
+    """Whether `entry` is a device id as the runtimes read one: ASCII digits only ("²" and
+    "٣" pass str.isdigit(), and no runtime takes them)."""
+    return _ID.fullmatch(entry) is not None
 
 
 def split_entries(var, value):
@@ -21,13 +28,15 @@ def split_entries(var, value):
 
 
 def check_distinct(var, value, entries):
-    """UsageError when an entry is listed twice."""
+    """UsageError when a device is listed twice (`1` and `01` are the same device)."""
     seen = set()
     for entry in entries:
-        if entry in seen:
+        key = tuple(map(int, entry.split("."))) if re.fullmatch(r"[0-9.]+", entry) and \
+            all(entry.split(".")) else entry
+        if key in seen:
             raise UsageError(
                 f"{var}={value!r} lists device {entry} twice: list each device once")
-        seen.add(entry)
+        seen.add(key)
 
 
 def parse_ascend(var, value):
@@ -38,7 +47,7 @@ def parse_ascend(var, value):
     """
     entries = split_entries(var, value)
     for entry in entries:
-        if not entry.isdigit():
+        if not is_device_id(entry):
             raise UsageError(
                 f"{var}={value!r}: {entry!r} is not a device id; use non-negative integers "
                 f"separated by commas, e.g. {var}=0,1,2,3")
@@ -55,9 +64,9 @@ def parse_cuda(var, value):
     """Parse CUDA_VISIBLE_DEVICES: distinct integer ids or GPU-/MIG- UUIDs (any order)."""
     entries = split_entries(var, value)
     for entry in entries:
-        if not (entry.isdigit() or _UUID.match(entry)):
+        if not (is_device_id(entry) or _UUID.fullmatch(entry)):
             raise UsageError(
                 f"{var}={value!r}: {entry!r} is not a device id or GPU-/MIG- UUID; "
                 f"CUDA ignores every device from there on. Use e.g. {var}=0,1")
     check_distinct(var, value, entries)
-    return [int(entry) if entry.isdigit() else entry for entry in entries]
+    return [int(entry) if is_device_id(entry) else entry for entry in entries]

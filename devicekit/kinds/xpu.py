@@ -8,9 +8,9 @@ import re
 
 from devicekit.errors import UsageError
 from devicekit.kinds.base import AcceleratorKind
-from devicekit.kinds.visible import check_distinct, split_entries
+from devicekit.kinds.visible import check_distinct, is_device_id, split_entries
 
-_ENTRY = re.compile(r"\d+(\.\d+)?")
+_ENTRY = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
 
 def parse_affinity_mask(var, value):
@@ -21,7 +21,7 @@ def parse_affinity_mask(var, value):
             raise UsageError(f"{var}={value!r}: {entry!r} is not a device (N) or a tile of "
                              f"one (N.M); Level Zero then hides devices. Use e.g. {var}=0,1")
     check_distinct(var, value, entries)
-    return [int(entry) if entry.isdigit() else entry for entry in entries]
+    return [int(entry) if is_device_id(entry) else entry for entry in entries]
 
 
 class XpuKind(AcceleratorKind):

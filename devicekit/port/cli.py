@@ -8,25 +8,40 @@ for --check, when anything would change), else 0.
 
 import argparse
 import difflib
+import errno
 import json
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from devicekit.port.engine import ParseFailure, parse, port_module
+from devicekit.errors import EXIT_USAGE, UsageError
+from devicekit.port.engine import ParseFailure, one_line, parse, port_parsed
 from devicekit.port.report import FileReport, human, to_json
 
 _SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
 
 
-class BadInput(Exception):
+class BadInput(UsageError):
     """Input that cannot be ported (the message names it, on one line)."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr and exit code 2."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {one_line(message)} (see: {self.prog} --help)",
+              file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="devicekit port",
         description="Rewrite CUDA-only PyTorch scripts onto devicekit, so that they run on "
                     "NVIDIA GPUs, Ascend NPUs and CPUs. Prints a unified diff and a summary "
@@ -47,17 +62,32 @@ def _python_files(root: Path) -> List[Path]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
                          and not (Path(folder, d) / "pyvenv.cfg").exists())
-        found += [Path(folder, f) for f in sorted(files) if f.endswith(".py")]
+        found += [Path(folder, f) for f in sorted(files)
+                  if f.endswith(".py") and not _special(Path(folder, f))]
     return found
+
+
+def _special(path: Path) -> bool:
+    """Whether `path` is a pipe, socket or device: reading it could wait forever."""
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False  # a dangling link: reading it says why
 
 
 def collect(paths: Sequence[str]) -> List[Tuple[Path, Path]]:
     """(file, the root it was found under) for every .py file the paths name."""
     found, seen = [], set()
     for text in paths:
+        if not text:  # Path("") is the current folder: `port "$UNSET"` would port all of it
+            raise BadInput("'': an empty path: give .py files or folders of them")
         path = Path(text)
-        if not path.exists():
-            raise BadInput(f"{text}: no such file or directory")
+        try:
+            if not path.exists():
+                raise BadInput(f"{text}: no such file or directory")
+        except (OSError, ValueError) as error:  # a NUL in the name, a name too long
+            raise BadInput(f"{text}: not a usable path "
+                           f"({getattr(error, 'strerror', None) or error})") from None
         if path.is_dir():
             files = _python_files(path)
             if not files:
@@ -100,6 +130,11 @@ def _destinations(files, out: Optional[str]) -> Dict[Path, Path]:
     for destination in destinations.values():
         if destination.resolve() in sources:
             raise BadInput(f"{destination}: --out would overwrite an input (use --write)")
+        folder = destination.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise BadInput(f"{destination}: --out cannot write it: {folder} is a file")
     return destinations
 
 
@@ -119,11 +154,12 @@ def _write(path: Path, data: bytes, like: Optional[Path] = None) -> None:
 
 
 def _diff(path: str, before: bytes, after: bytes, encoding: str) -> str:
-    old = before.decode(encoding, errors="replace").splitlines(keepends=True)
-    new = after.decode(encoding, errors="replace").splitlines(keepends=True)
+    # Split as Python does (str.splitlines would also split at form feeds and more).
+    old = [line.decode(encoding, errors="replace") for line in before.splitlines(True)]
+    new = [line.decode(encoding, errors="replace") for line in after.splitlines(True)]
     lines = list(difflib.unified_diff(old, new, fromfile=path, tofile=path))
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                   for line in lines)
+    return "".join(line if line.endswith(("\n", "\r")) else
+                   line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 class _Ported(NamedTuple):
@@ -139,33 +175,84 @@ def _exit_code(reports: List[FileReport], check: bool) -> int:
     return 1 if any(r.manual or (check and r.changes) for r in reports) else 0
 
 
+def _writable(text: str, flag: str, folder: bool = False) -> Path:
+    """The path `flag` names, checked before anything is written: a folder (`folder`) or a
+    file that can be written there, in a folder that exists or can be made."""
+    if not text:
+        raise BadInput(f"{flag} '': give a {'folder' if folder else 'file'}")
+    path = Path(text)
+    try:
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        if path.is_dir() != folder and path.exists():
+            raise BadInput(f"{text}: {flag} must {'be a folder' if folder else 'name a file'}")
+        existing = path if folder else path.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise BadInput(f"{text}: {flag} cannot be written: {existing} is not a writable "
+                           "folder")
+        longest = os.pathconf(existing, "PC_NAME_MAX")
+        if any(len(os.fsencode(part)) > longest for part in path.parts):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+    except (OSError, ValueError) as error:  # a NUL in the name, a name too long
+        raise BadInput(f"{text}: {flag} is not a usable path "
+                       f"({getattr(error, 'strerror', None) or error})") from None
+    return path
+
+
+def _write_or_say(path: Path, data: bytes, like: Optional[Path] = None) -> None:
+    """_write, or BadInput naming `path` (a folder made read-only meanwhile, a full disk)."""
+    try:
+        _write(path, data, like)
+    except OSError as error:
+        raise BadInput(f"{path}: cannot be written: {error.strerror or error}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Port what `args` names; the exit code. Everything is read, parsed and ported in
-    memory before the first byte is written."""
+    memory, and every place written to checked, before the first byte is written."""
     files = _read_all(collect(args.paths))
-    if args.report and Path(args.report).is_dir():
-        raise BadInput(f"{args.report}: --report must name a file")
+    report_path = _writable(args.report, "--report") if args.report is not None else None
+    if report_path is not None and report_path.resolve() in {f.resolve() for f, *_ in files}:
+        raise BadInput(f"{args.report}: --report would overwrite an input")
+    if report_path is not None and report_path.suffix == ".py":  # `--report a.py b.py`
+        raise BadInput(f"{args.report}: --report would write JSON over a Python file: name "
+                       "a .json file")
+    if args.out is not None:
+        out = _writable(args.out, "--out", folder=True).resolve()
+        if report_path is not None and report_path.resolve() in (out, *out.parents):
+            raise BadInput(f"{args.report}: --report would stand where --out {args.out} "
+                           "writes a folder: name a file outside it, or in it")
     destinations = _destinations(files, args.out)
     results = []
     for file, _, source, module in files:
-        tree, report = port_module(module, str(file))
-        results.append(_Ported(file, source, tree.bytes if report.changes else source,
-                               module.encoding, report))
+        try:
+            data, report = port_parsed(module, source, str(file))
+        except ParseFailure as failure:
+            raise BadInput(f"{file}: {failure}") from None
+        results.append(_Ported(file, source, data, module.encoding, report))
+    for item in results:
+        if args.write and item.report.changes and _special(item.file):
+            raise BadInput(f"{item.file}: --write rewrites regular files only (this is a pipe "
+                           "or a device): use --out DIR")
     reports = [r.report for r in results]
     code = _exit_code(reports, args.check)
     for item in results:
         if args.write and item.report.changes:
-            _write(item.file, item.data, like=item.file)
+            _write_or_say(item.file, item.data, like=item.file)
             item.report.output = str(item.file)
-        elif args.out:
-            _write(destinations[item.file], item.data, like=item.file)
+        elif args.out is not None:
+            _write_or_say(destinations[item.file], item.data, like=item.file)
             item.report.output = str(destinations[item.file])
         elif not (args.write or args.check) and item.report.changes:
             sys.stdout.write(_diff(str(item.file), item.source, item.data, item.encoding))
-    if args.report:
+    if report_path is not None:
         mode = "check" if args.check else "write" if args.write else "out" if args.out else "diff"
-        _write(Path(args.report), (json.dumps(to_json(reports, mode, code), indent=2)
-                                   + "\n").encode())
+        _write_or_say(report_path, (json.dumps(to_json(reports, mode, code), indent=2)
+                                    + "\n").encode())
     print(human(reports, pending=args.check))
     return code
 
@@ -175,6 +262,6 @@ def main(argv: List[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         return run(args)
-    except BadInput as error:
-        print(f"devicekit port: error: {error}", file=sys.stderr)
-        return 2
+    except UsageError as error:
+        print(f"devicekit port: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE

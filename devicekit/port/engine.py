@@ -1,38 +1,290 @@
-"""Port one file's source: parse (libcst), rewrite, fix the imports, report."""
+"""Port one file's source: parse (libcst), rewrite, fix the imports, report.
+
+Python's own parser reads the source first, so a file Python would refuse is refused with
+Python's message and its line (a NUL byte, an undecodable byte and an unknown encoding get
+their own). libcst then parses it for the rewrites: a file of mixed line endings is handed
+to it with one (libcst fails on some mixes), and every line the port left alone is written
+back as it was read, its line ending included, where libcst would write it otherwise (it
+drops a form feed that starts a line, and indented comments after the last statement).
+A tree too deep for libcst's recursive visitors is refused with its deepest line.
+"""
 
 import ast
-from typing import Tuple
+import codecs
+import difflib
+import re
+import tokenize
+import warnings
+from io import BytesIO
+from typing import List, Optional, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from devicekit.errors import UsageError
 from devicekit.port.facts import Facts
 from devicekit.port import npu_imports
 from devicekit.port.imports import add_devicekit, drop_unused, import_uses
 from devicekit.port.report import FileReport
 from devicekit.port.transformer import PortTransformer
 
+_NEWLINE = re.compile(rb"\r\n|\r|\n")
+_LINE_END = (b"\n", b"\r")
+# PEP 263: an encoding declared in a comment on line 1, or on line 2 after a comment or
+# a blank line 1.
+_DECLARATION = re.compile(rb"[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_EMPTY_LINE = re.compile(rb"[ \t\f]*(?:#.*)?")  # blank, or only a comment
+_FIX_ENCODING = ("save the file as UTF-8, or declare its encoding on line 1 or 2 "
+                 "(# -*- coding: latin-1 -*-)")
+_TOO_DEEP = "split the expression or the chain of elif/else branches up and run again"
 
-class ParseFailure(Exception):
-    """A file that cannot be read as Python; the message is one line."""
+
+def one_line(text: str) -> str:
+    """`text` with what would end or break its line (newlines, other control characters,
+    U+2028) escaped as Python writes them."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode()
+                   for c in text)
+
+
+class ParseFailure(UsageError):
+    """A file that cannot be read as Python or cannot be ported; the message is one line
+    that gives the file's line and what to do."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+def line_at(source: bytes, offset: int) -> int:
+    """The line (from 1) of byte `offset` of `source`, with Python's line ends: \\n, \\r\\n
+    and a lone \\r."""
+    return len(_NEWLINE.findall(source, 0, offset)) + 1
+
+
+def _first_newline(source: bytes) -> bytes:
+    found = _NEWLINE.search(source)
+    return found.group() if found else b"\n"
+
+
+def _one_newline(source: bytes) -> bytes:
+    """`source` with every line end like its first one (\\n for a lone \\r, which libcst
+    drops at the end of a file); `source` itself where they all are \\n or all \\r\\n."""
+    crlf = source.count(b"\r\n")
+    if source.count(b"\r") == crlf and (crlf == 0 or source.count(b"\n") == crlf):
+        return source
+    newline = _first_newline(source)
+    return _NEWLINE.sub(b"\n" if newline == b"\r" else newline, source)
+
+
+def _declared_encoding(source: bytes) -> Tuple[Optional[str], int]:
+    """(the encoding a PEP 263 comment declares, its line), or (None, 1)."""
+    lines = source.splitlines()[:2]
+    for number, line in enumerate(lines, 1):
+        found = _DECLARATION.match(line)
+        if found:
+            return found.group(1).decode("ascii"), number
+        if not _EMPTY_LINE.fullmatch(line):
+            break
+    return None, 1
+
+
+def _not_decodable(source: bytes) -> Optional[str]:
+    """Why `source` cannot be read as text in its declared encoding (else UTF-8), on one
+    line with the line of the problem; None when it can."""
+    body, skipped = ((source[3:], 3) if source.startswith(codecs.BOM_UTF8) else (source, 0))
+    encoding, line = _declared_encoding(body)
+    try:
+        codec = codecs.lookup(encoding or "utf-8").name
+    except LookupError:
+        return (f"declares an encoding Python does not know, {encoding!r} (line {line}): "
+                f"{_FIX_ENCODING}")
+    if skipped and codec != "utf-8":
+        return (f"starts with a UTF-8 byte-order mark but declares encoding {encoding!r} "
+                f"(line {line}): remove one of the two")
+    try:
+        body.decode(codec)
+    except UnicodeDecodeError as error:
+        offset = skipped + error.start
+        utf16 = source[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        return (f"is not {'UTF-8' if codec == 'utf-8' else codec} text"
+                f"{' (it looks like UTF-16)' if utf16 else ''}: byte 0x{source[offset]:02x} "
+                f"at line {line_at(source, offset)} cannot be decoded: {_FIX_ENCODING}")
+    return None
+
+
+def _deepest_line(source: bytes) -> int:
+    """The line where `source` nests deepest (its longest statement where Python's own
+    parser cannot hold it)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _longest_statement_line(source)
+    deepest, line, stack = -1, 1, [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest and getattr(node, "lineno", None):
+            deepest, line = depth, node.lineno
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return line
+
+
+def _longest_statement_line(source: bytes) -> int:
+    """The first line of the logical line with the most tokens."""
+    best, line, start, count = -1, 1, None, 0
+    try:
+        for token in tokenize.tokenize(BytesIO(source).readline):
+            if start is None:
+                start, count = token.start[0], 0
+            count += 1
+            if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                if count > best:
+                    best, line = count, start
+                start = None
+    except (SyntaxError, tokenize.TokenError, UnicodeDecodeError, ValueError):
+        pass
+    return max(line, 1)
+
+
+def _python_refusal(source: bytes, error: SyntaxError) -> str:
+    """The one line for a SyntaxError of Python's parser, with a line number always."""
+    message = error.msg or str(error)
+    if "null bytes" in message and b"\0" in source:
+        line = line_at(source, source.index(b"\0"))
+        return (f"does not parse: it contains a NUL byte (line {line}): it is not a Python "
+                "source file, or it was saved as UTF-16: save it as UTF-8 text")
+    if message.startswith("(unicode error)") or "encoding" in message:
+        why = _not_decodable(source)
+        if why is not None:
+            return why
+    line = error.lineno or (_declared_encoding(source)[1] if "encoding" in message else 1)
+    return f"does not parse: {message} (line {line})"
+
+
+def check_python(source: bytes, compiled: bool = False) -> None:
+    """Raise ParseFailure (one line, with the line number) unless Python's parser reads
+    `source`; with `compiled`, unless it compiles (which also refuses `return` outside a
+    function). Nothing is run."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning: the user's own business here
+            if compiled:
+                compile(source, "<file>", "exec", dont_inherit=True)
+            else:
+                ast.parse(source)
+    except SyntaxError as error:
+        raise ParseFailure(_python_refusal(source, error)) from None
+    except ValueError as error:  # null bytes, before Python 3.11.4
+        raise ParseFailure(_python_refusal(source, SyntaxError(str(error)))) from None
+    except (RecursionError, MemoryError):
+        raise ParseFailure(f"does not parse: it nests too deeply for Python's parser (line "
+                           f"{_deepest_line(source)}): {_TOO_DEEP}") from None
+
+
+def _libcst_line(source: bytes, error: cst.ParserSyntaxError) -> int:
+    """libcst's line for `error`: its own is 1 for most tokenizer errors; a position in
+    the message is better."""
+    found = re.search(r"error at (\d+):\d+|at \((\d+), \d+\)", error.message)
+    if found:
+        return int(found.group(1) or found.group(2))
+    if "line continuation" in error.message and b"\\" in source:
+        return line_at(source, source.rindex(b"\\"))
+    return max(error.raw_line, 1)
 
 
 def parse(source: bytes) -> cst.Module:
-    """The concrete syntax tree of `source` (bytes: the encoding cookie is honoured and
-    the same bytes come back from `.bytes` for untouched code). Python's own compiler
-    checks the source first: its messages name the problem best."""
+    """The concrete syntax tree of `source` (bytes: the encoding declaration is honoured,
+    and render() gives back the same bytes for untouched code). ParseFailure (one line,
+    with the line number) when Python or libcst cannot read it."""
+    check_python(source)
+    text = _one_newline(source)
     try:
-        ast.parse(source)
-    except SyntaxError as error:
-        raise ParseFailure(f"does not parse: {error.msg} (line {error.lineno})") from None
-    except ValueError as error:  # null bytes
-        raise ParseFailure(f"does not parse: {error}") from None
-    try:
-        return cst.parse_module(source)
+        return cst.parse_module(text)
     except cst.ParserSyntaxError as error:
-        raise ParseFailure(f"does not parse: {error.message} (line {error.raw_line})") from None
-    except (UnicodeDecodeError, LookupError) as error:
-        raise ParseFailure(f"cannot be decoded: {error}") from None
+        raise ParseFailure(f"does not parse with libcst, the parser devicekit port uses, "
+                           f"though Python reads it: {error.message} (line "
+                           f"{_libcst_line(text, error)}): port this file by hand") from None
+    except (UnicodeDecodeError, SyntaxError, LookupError) as error:
+        # Python itself reads some bytes libcst will not decode (in a comment, say).
+        raise ParseFailure(_not_decodable(source) or f"cannot be decoded: {error}") from None
+    except (RecursionError, MemoryError):
+        raise ParseFailure(f"nests too deeply for devicekit port (line "
+                           f"{_deepest_line(source)}): {_TOO_DEEP}") from None
+    except BaseException as error:
+        # libcst's native parser panics on some input (pyo3's PanicException is a
+        # BaseException): mixed line endings did, which it no longer sees.
+        if type(error).__name__ != "PanicException":
+            raise
+        found = re.search(r"byte index (\d+)", str(error))
+        line = line_at(text, int(found.group(1))) if found else 1
+        raise ParseFailure(f"does not parse with libcst, the parser devicekit port uses, "
+                           f"though Python reads it: its parser failed (line {line}): port "
+                           "this file by hand") from None
+
+
+def _key(line: bytes) -> bytes:
+    """What a line says, whatever libcst did to it: no line ending, no form feed."""
+    return line.rstrip(b"\r\n").replace(b"\f", b"")
+
+
+def _with_source_lines(ported: bytes, source: bytes) -> bytes:
+    """`ported` with each line the port left as it was taken from `source`, its line ending
+    and form feeds included. A line the port rewrote keeps the ending of the line it
+    replaces; an added one ends like the file's first line."""
+    normalised = _one_newline(source) != source
+    if not normalised and b"\f" not in source:
+        return ported
+    newline = _first_newline(source)
+    old, new = source.splitlines(keepends=True), ported.splitlines(keepends=True)
+
+    def ending(line: bytes) -> bytes:
+        return line[len(line.rstrip(b"\r\n")):] or newline
+
+    out: List[bytes] = []
+    matcher = difflib.SequenceMatcher(None, [_key(line) for line in old],
+                                      [_key(line) for line in new], autojunk=False)
+    for tag, old_start, old_end, new_start, new_end in matcher.get_opcodes():
+        if tag == "equal":
+            out += old[old_start:old_end]
+            continue
+        endings = [ending(line) for line in old[old_start:old_end]]
+        if len(endings) != new_end - new_start:
+            endings = [newline] * (new_end - new_start)
+        out += [line.rstrip(b"\r\n") + end if line.endswith(_LINE_END) else line
+                for line, end in zip(new[new_start:new_end], endings)]
+    for i, line in enumerate(out[:-1]):
+        if not line.endswith(_LINE_END):  # the file's last line, no longer last
+            out[i] = line + newline
+    return b"".join(out)
+
+
+def _dropped_tail(original: cst.Module, source: bytes) -> List[bytes]:
+    """The blank and comment lines at the end of `source` that libcst's tree of it lost:
+    it drops indented ones after the last top-level statement (`x = 1\\n  # note`)."""
+    lines = source.splitlines(keepends=True)
+    tail = len(lines)
+    while tail and _EMPTY_LINE.fullmatch(_key(lines[tail - 1])):
+        tail -= 1
+    if not any(line[:1] in (b" ", b"\t", b"\f") for line in lines[tail:]):
+        return []
+    kept = original.bytes.splitlines(keepends=True)
+    if len(kept) >= len(lines) or \
+            [_key(line) for line in kept] != [_key(line) for line in lines[:len(kept)]]:
+        return []
+    lost = lines[len(kept):]
+    return lost if all(_EMPTY_LINE.fullmatch(_key(line)) for line in lost) else []
+
+
+def render(module: cst.Module, source: bytes, original: Optional[cst.Module] = None) -> bytes:
+    """The bytes of `module`, the ported tree of `source` (parsed as `original`): each line
+    that the port left as it was is `source`'s own line, byte for byte, where libcst would
+    write it otherwise (a file of mixed line endings is parsed with one; libcst drops a form
+    feed that starts a line, and indented comments after the last statement)."""
+    ported = module.bytes
+    lost = _dropped_tail(original, source) if original is not None else []
+    if lost:
+        if ported and not ported.endswith(_LINE_END):
+            ported += _first_newline(source)
+        ported += b"".join(lost)
+    return _with_source_lines(ported, source)
 
 
 def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
@@ -51,7 +303,21 @@ def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
     return add_devicekit(ported), report
 
 
+def port_parsed(module: cst.Module, source: bytes, path: str) -> Tuple[bytes, FileReport]:
+    """Port `module`, parsed from `source`; the new bytes (`source` itself when nothing
+    changed). ParseFailure when the tree nests too deeply to be rewritten."""
+    try:
+        ported, report = port_module(module, path)
+        return (render(ported, source, module) if report.changes else source), report
+    except RecursionError:
+        raise ParseFailure(f"nests too deeply for devicekit port (line "
+                           f"{_deepest_line(source)}): {_TOO_DEEP}") from None
+
+
 def port_source(source: bytes, path: str = "<source>") -> Tuple[bytes, FileReport]:
-    """Port `source`; the new bytes (identical to `source` when nothing changed)."""
-    module, report = port_module(parse(source), path)
-    return (module.bytes if report.changes else source), report
+    """Port `source`; the new bytes (identical to `source` when nothing changed).
+    ParseFailure, a UsageError whose one line starts with `path`, when it cannot be."""
+    try:
+        return port_parsed(parse(source), source, path)
+    except ParseFailure as failure:
+        raise ParseFailure(f"{path}: {failure}") from None

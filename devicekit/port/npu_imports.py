@@ -15,6 +15,8 @@ from devicekit.port.nodes import DEVICE_TYPE_GUARD, code
 from devicekit.port.report import Change, Manual
 
 _TORCH_NPU, _TRANSFER = "torch_npu", "torch_npu.contrib.transfer_to_npu"
+# What may do something when an `if` test is evaluated.
+_ACTS = m.Call() | m.NamedExpr() | m.Await() | m.Yield()
 _STILL_NEEDED = {
     _TORCH_NPU: ("the ported script still reads torch_npu or torch.npu names (reported "
                  "above) that only this import provides",
@@ -131,15 +133,19 @@ class _Drop(cst.CSTTransformer):
                    all(isinstance(small, cst.Pass) for small in line.body) for line in lines)
 
     def leave_If(self, original: cst.If, updated: cst.If):
+        # `if torch.__version__ >= "1.8": import torch_npu`; a test that may do something
+        # (`if setup():`) stays, and the branch becomes `pass`.
         if self.emptied and original.orelse is None and self._only_pass(updated.body) and \
-                not self._only_pass(original.body):
-            return cst.RemoveFromParent()  # `if torch.__version__ >= "1.8": import torch_npu`
+                not self._only_pass(original.body) and not m.findall(original.test, _ACTS):
+            return cst.RemoveFromParent()
         return updated
 
     def leave_Try(self, original: cst.Try, updated: cst.Try):
+        # try: import torch_npu / except ImportError: ...; an `else:` or `finally:` stays.
         if self.emptied and self._only_pass(updated.body) and \
-                not self._only_pass(original.body) and original.finalbody is None:
-            return cst.RemoveFromParent()  # try: import torch_npu / except ImportError: ...
+                not self._only_pass(original.body) and original.orelse is None and \
+                original.finalbody is None:
+            return cst.RemoveFromParent()
         return updated
 
 

@@ -3,19 +3,21 @@ on this machine, record what it dispatches, and report what it will hit on an As
 
 Exit code: the script's own when it failed (1 when it raised), else 1 with --strict when
 something would fail or fall back to the CPU on the NPU, else 0. Usage mistakes: one line,
-exit code 2.
+exit code 2, before anything runs; every flag, and the files they name, is checked first,
+and the script is compiled (not run): one that Python cannot compile is such a mistake.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from devicekit import simulate
-from devicekit.errors import UsageError
+from devicekit.errors import EXIT_USAGE, UsageError
 from devicekit.preflight import npu_ops, report
 from devicekit.preflight.checks import Context, all_checks
 from devicekit.preflight.recording import Recording
@@ -24,9 +26,20 @@ from devicekit.preflight.runner import run
 STRICT_KINDS = ("cpu-fallback", "cuda-only")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr and exit code 2."""
+
+    def error(self, message):
+        from devicekit.port.engine import one_line
+
+        print(f"error: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr,
+              flush=True)
+        sys.exit(EXIT_USAGE)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="devicekit preflight",
+    parser = _Parser(
+        prog="devicekit preflight", allow_abbrev=False,
         description="Run a training script here and report what it will hit on an Ascend NPU.")
     parser.add_argument("--steps", type=int, default=None,
                         help="stop the script after N optimizer steps (default: let it finish)")
@@ -72,13 +85,13 @@ def _split(argv: List[str]):
 def _operator_list(args):
     """(the set of listed operators, the release it describes)."""
     if args.torch_npu not in (None, npu_ops.TORCH_NPU_VERSION):
-        raise UsageError(f"--torch-npu {args.torch_npu}: devicekit ships the list of "
+        raise UsageError(f"--torch-npu {_shown(args.torch_npu)}: devicekit ships the list of "
                          f"{npu_ops.TORCH_NPU_VERSION} only; for another release pass "
                          "--ops FILE with its wheel or its npu_native_functions_by_codegen.yaml")
     if args.ops is None:
         return npu_ops.load(), npu_ops.TORCH_NPU_VERSION
     path = Path(args.ops)
-    if not path.is_file():
+    if not os.path.isfile(path):  # False for a name too long to be one, as for a missing file
         raise UsageError(f"--ops {args.ops!r} does not exist: pass a torch_npu wheel or its "
                          "npu_native_functions_by_codegen.yaml")
     try:
@@ -86,9 +99,82 @@ def _operator_list(args):
             return npu_ops.from_wheel(path), path.name
         return npu_ops.from_yaml(path.read_text(encoding="utf-8")), path.name
     except Exception as error:  # any unreadable file: zip, yaml or encoding errors alike
+        mark = getattr(error, "problem_mark", None)
+        if mark is not None:  # a yaml error: its own message is several lines
+            why = f"{type(error).__name__}: {getattr(error, 'problem', '')} (line {mark.line + 1})"
+        else:
+            why = f"{type(error).__name__}: {error}"
+        why = " ".join(why.split())
         raise UsageError(f"--ops {args.ops!r} is not a torch_npu wheel or operator yaml "
-                         f"({type(error).__name__}: {error}): pass the file from the release "
-                         "you target") from None
+                         f"({why}): pass the file from the release you target") from None
+
+
+def _shown(text: str) -> str:
+    """`text` as a message shows it: as typed, or quoted where it has odd characters."""
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
+
+
+def _check_script(path: str) -> None:
+    """UsageError unless `path` is a Python file that compiles (nothing in it is run)."""
+    from devicekit.port.engine import ParseFailure, check_python
+
+    if not os.path.isfile(path):
+        raise UsageError(f"script {path!r} does not exist: check the path")
+    try:
+        source = Path(path).read_bytes()
+    except OSError as error:
+        raise UsageError(f"script {path!r} cannot be read: {error.strerror}") from None
+    try:
+        check_python(source, compiled=True)
+    except ParseFailure as failure:
+        raise UsageError(f"script {path!r} {failure}") from None
+
+
+def _check_module(name: str) -> None:
+    """UsageError unless `name` is a module name whose top-level package or module can be
+    found from here (its submodules are found as the run imports it)."""
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise UsageError(f"-m {name!r} is not a module name: give a dotted name such as "
+                         "train or package.train")
+    top = name.split(".")[0]
+    saved = sys.path[:]
+    sys.path.insert(0, os.getcwd())  # as the run has it
+    try:
+        found = top in sys.modules or importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path[:] = saved
+    if not found:
+        raise UsageError(f"-m {name!r}: no module named {top!r} in this folder or on sys.path: "
+                         "check the name, or run from the folder that holds it")
+
+
+def _check_json(path: str, script: Optional[str]) -> None:
+    """UsageError unless the report can be written at `path`."""
+    if not path:
+        raise UsageError("--json '': name a file for the report, such as report.json")
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except (OSError, ValueError) as error:  # a NUL in the name, a name too long
+        raise UsageError(f"--json {path!r} is not a usable path "
+                         f"({getattr(error, 'strerror', None) or error}): choose another "
+                         "path") from None
+    try:
+        folder = os.path.dirname(os.path.abspath(path))
+        writable = os.path.isdir(folder) and os.access(folder, os.W_OK)
+        taken = os.path.isdir(path) or (script is not None and os.path.exists(path)
+                                        and os.path.samefile(path, script))
+    except (OSError, ValueError):  # a NUL in the name, a name too long
+        folder, writable, taken = os.path.dirname(path), False, False
+    if not writable:
+        raise UsageError(f"--json {path!r}: folder {folder!r} does not exist or is not "
+                         "writable: choose another path")
+    if taken:
+        raise UsageError(f"--json {path!r} is a folder or the script itself: name a new file, "
+                         "such as report.json")
 
 
 def _check_arguments(args):
@@ -97,13 +183,24 @@ def _check_arguments(args):
     if args.module is None and args.script is None:
         raise UsageError("preflight needs a script: devicekit preflight [options] SCRIPT "
                          "[ARGS...] (or -m MODULE [ARGS...])")
-    if args.script is not None and not os.path.isfile(args.script):
-        raise UsageError(f"script {args.script!r} does not exist: check the path")
+    if args.script is not None:
+        _check_script(args.script)
+    if args.module is not None:
+        _check_module(args.module)
     if args.json is not None:
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise UsageError(f"--json {args.json!r}: folder {folder!r} does not exist or is "
-                             "not writable: choose another path")
+        _check_json(args.json, args.script)
+
+
+def read_arguments(argv: List[str]) -> argparse.Namespace:
+    """Preflight's own arguments from `argv`, every one checked, with the operator list
+    (`operators`, `release`) read: UsageError (or SystemExit 2 from argparse, one line on
+    stderr) for a bad one. The script is read and compiled, never run."""
+    own, script_args = _split(argv)
+    args = _parser().parse_args(own)
+    args.args = script_args
+    _check_arguments(args)
+    args.operators, args.release = _operator_list(args)
+    return args
 
 
 def _write_json(path: str, data) -> None:
@@ -127,11 +224,9 @@ def _in_order(check, recording, context):
 
 
 def main(argv: List[str]) -> int:
-    own, script_args = _split(argv)
-    args = _parser().parse_args(own)
-    args.args = script_args
-    _check_arguments(args)
-    ops, release = _operator_list(args)
+    """`devicekit preflight` with `argv` (the arguments after "preflight"); the exit code."""
+    args = read_arguments(argv)
+    ops, release = args.operators, args.release
     if args.npu_stand_in:
         simulate.activate(simulate.visible_count(os.environ))
         os.environ["DEVICEKIT_DEVICE"] = "npu"

@@ -9,6 +9,7 @@ by gloo (hccl.py). This package is the only code in devicekit that knows it is s
 import atexit
 import importlib.util
 import os
+import re
 import sys
 from typing import Mapping, Optional
 
@@ -40,7 +41,8 @@ def visible_count(environ: Mapping[str, str]) -> int:
     """How many npu devices this process sees: DEVICEKIT_SIMULATE_DEVICES on the machine,
     narrowed by ASCEND_RT_VISIBLE_DEVICES as the Ascend runtime narrows it."""
     raw = environ.get(DEVICES_ENV, str(DEFAULT_DEVICES)).strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DEVICES:
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+    if not re.fullmatch(r"[0-9]{1,3}", raw) or not 1 <= int(raw) <= MAX_DEVICES:
         raise UsageError(f"{DEVICES_ENV}={environ[DEVICES_ENV]!r} must be a whole number of "
                          f"simulated NPUs from 1 to {MAX_DEVICES}")
     total = int(raw)

@@ -67,14 +67,17 @@ def load() -> ModuleType:
     """The compiled extension: from the cache, or built now (20-30 s on 2 cores)."""
     root = cache_root()
     folder = root / f"npu-standin-{_key()}"
-    if folder.is_dir():
-        return _import(folder)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / "npu-standin.lock", "w")
+        built = folder.is_dir()  # an OSError here: a name too long, a file on the path
+        if not built:
+            root.mkdir(parents=True, exist_ok=True)
+            lock = open(root / "npu-standin.lock", "w")
     except OSError as error:
-        raise UsageError(f"the npu stand-in's build cache {root} is not writable ({error}): "
-                         f"set {CACHE_ENV} to a writable folder") from None
+        raise UsageError(f"the npu stand-in's build cache {str(root)!r} is not writable "
+                         f"({error.strerror or error}): set {CACHE_ENV} to a writable folder"
+                         ) from None
+    if built:
+        return _import(folder)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if folder.is_dir():  # built by another process while this one waited

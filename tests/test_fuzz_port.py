@@ -1,0 +1,478 @@
+"""Property-based tests of what `devicekit port` reads: any source file, any command line.
+
+For every input the port either works or refuses it with one line naming the file (or the
+flag), the line of the problem and what to do: `port_source` raises ParseFailure (a
+UsageError), the command prints "devicekit port: error: ..." and exits with code 2, and
+nothing is written. What it writes still parses, and porting it again changes nothing.
+
+Python modules come from hypothesmith (from Python's grammar and from libcst's node
+types), alone and with CUDA (and Ascend) idioms put into their blocks, so the rewrites
+fire in odd surroundings; other inputs are any text or bytes, and valid scripts broken a
+byte at a time. The "ci" profile (tests/conftest.py) keeps this short; `pytest
+tests/test_fuzz_port.py --hypothesis-profile=long` tries many more.
+"""
+
+import ast
+import codecs
+import contextlib
+import difflib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import hypothesmith
+import libcst as cst
+import pytest
+from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import strategies as st
+
+from conftest import clean_environ
+from devicekit.port import ParseFailure, port_source
+from devicekit.port.engine import one_line
+from devicekit.port.cli import main
+from invariant import EXIT_USAGE, assert_command_refused, assert_usage_line, no_files_left
+
+# Generated code may well compare a literal with `is`: Python warns, the port need not.
+pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")
+
+CORPUS = Path(__file__).resolve().parent / "port_corpus"
+TIMEOUT_S = 120
+
+# Budgets: hypothesmith draws a module in up to 0.1 s and each port takes as long, so the
+# generated-module tests try half the profile's examples (75 under "ci", 2500 under
+# "long"); the others take the profile's own.
+GENERATED = settings(max_examples=max(20, settings.default.max_examples // 2),
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                            HealthCheck.data_too_large])
+
+# CUDA-only (and Ascend-only) idioms the rewrites act on, and some they report or keep.
+IDIOMS = [
+    "import torch",
+    "import os",
+    "import torch.distributed as dist",
+    "import torch_npu",
+    "from torch_npu.contrib import transfer_to_npu",
+    "from torch.cuda.amp import autocast, GradScaler",
+    "model = model.cuda()",
+    "x = x.cuda(non_blocking=True)",
+    "y = x.cuda(local_rank)",
+    "x = x.npu()",
+    "local_rank = int(os.environ['LOCAL_RANK'])",
+    "torch.cuda.set_device(local_rank)",
+    "torch.npu.set_device(local_rank)",
+    'dist.init_process_group("nccl")',
+    'dist.init_process_group(backend="hccl", init_method="env://")',
+    'device = torch.device("cuda")',
+    'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+    "device = torch.device(f'cuda:{local_rank}')",
+    "batch = batch.to(local_rank)",
+    "n = torch.cuda.device_count()",
+    "torch.cuda.synchronize()",
+    "scaler = torch.cuda.amp.GradScaler()",
+    "with torch.cuda.amp.autocast():\n    loss = model(x)",
+    "if torch.cuda.is_available():\n    model = model.cuda()",
+    "try:\n    import torch_npu\nexcept ImportError:\n    torch_npu = None",
+    "torch.multiprocessing.spawn(train, nprocs=torch.cuda.device_count())",
+    "model = torch.nn.DataParallel(model)",
+    "torch.backends.cudnn.benchmark = True",
+    "state = torch.load(path, map_location='cuda:0')",
+    "loader = DataLoader(data, pin_memory=True)",
+]
+IDIOM_LINES = {line.strip() for idiom in IDIOMS for line in idiom.splitlines()}
+IDIOM_STATEMENTS = [cst.parse_module(idiom + "\n").body for idiom in IDIOMS]
+
+# Whole scripts to break: the two shortest of the CUDA-only corpus, every idiom in a
+# function, and a short one with every kind of line ending. Short, so that a byte changed
+# at random lands somewhere that matters and each example ports quickly.
+SCRIPTS = [(CORPUS / name).read_bytes() for name in ("launch_local_rank.py",
+                                                     "spawn_checkpoint.py")] + [
+    ("# -*- coding: utf-8 -*-\n\"\"\"Every idiom.\"\"\"\n" + "\n".join(IDIOMS[:6]) +
+     "\n\n\ndef train(model, x, data, path, local_rank):\n" +
+     "".join(f"    {line}\n" for idiom in IDIOMS[6:] for line in idiom.splitlines()) +
+     "    return model  # caf\u00e9\n").encode(),
+    b"import torch\r\nmodel = torch.nn.Linear(2, 2).cuda()\r\n\r\n"
+    b"def main():\n    x = torch.ones(2).cuda()\r    return model(x)\n"]
+
+# Lone \r line ends after backslashes, and characters of several bytes: libcst's parser
+# panics ("byte index 20 is not a char boundary").
+PANIC = "try:\n\\\r\r class V\U0002e1e0\u0134:\\\ns\nexcept \\\r :\n p".encode()
+MODULES = st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node())
+# Without hypothesmith's targeting, which grows programs to kilobytes that take it seconds
+# each to draw: what the idioms are put into is varied rather than large.
+SMALL_MODULES = st.one_of(hypothesmith.from_grammar(auto_target=False),
+                          hypothesmith.from_node(auto_target=False))
+TEXT = st.text().map(lambda text: text.encode("utf-8", "surrogatepass"))
+ENCODINGS = ["utf-8", "latin-1", "ascii", "cp1252", "utf-16", "utf-8-sig", "koi8-r", "nope",
+             "shift_jis", "utf-32"]
+
+
+def parses(data: bytes, compiled: bool = True) -> bool:
+    """Whether Python's compiler takes `data` as a module (nothing is run); with not
+    `compiled`, whether its parser does (`return` outside a function, say, parses)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if compiled:
+                compile(data, "<fuzz>", "exec", dont_inherit=True)
+            else:
+                ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def lines_of(data: bytes) -> int:
+    """The number of lines in `data`, with Python's line ends."""
+    return len(data.splitlines()) + 1
+
+
+def assert_refused(error: BaseException, data: bytes, path: str = "fuzz.py") -> str:
+    """`error` is the one line a user gets for `data`: it names the file and a real line."""
+    message = assert_usage_line(error, [path])
+    assert not re.search(r"line (None|0)\b", message), message
+    found = re.search(r"line (\d+)", message)
+    assert found, f"no line number: {message!r}"
+    assert 1 <= int(found.group(1)) <= lines_of(data), (message, lines_of(data))
+    return message
+
+
+def assert_ports_cleanly(data: bytes) -> Tuple[bytes, object]:
+    """Port valid `data`: no error, the output compiles, and porting it again changes
+    nothing."""
+    out, report = port_source(data, "fuzz.py")
+    assert parses(out), out
+    assert (out == data) == (not report.changes)
+    again, second = port_source(out, "fuzz.py")
+    assert again == out, "porting the ported output changed it"
+    assert second.changes == [], second.changes
+    return out, report
+
+
+def assert_only_idioms_changed(script: bytes, out: bytes) -> None:
+    """Every line the port removed or rewrote is one of an idiom's: the code around them
+    is kept byte for byte, its line endings included (where the last line is removed, the
+    one before it may become the last, and like it end the file without a newline)."""
+    before, after = [(data if data.endswith((b"\n", b"\r")) else data + b"\n").splitlines(True)
+                     for data in (script, out)]
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    for tag, start, end, _, _ in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            changed = [line for line in before[start:end] if line.strip()]
+            strange = [line for line in changed if line.decode("utf-8", "replace").strip()
+                       not in IDIOM_LINES]
+            assert not strange, f"lines outside the idioms changed: {strange}"
+
+
+# -- scripts: hypothesmith modules with CUDA idioms in their blocks -----------------------
+
+class _Blocks(cst.CSTVisitor):
+    """Every statement list of a module: its body and each indented block's."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks: List[cst.CSTNode] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.blocks.append(node)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.blocks.append(node)
+
+
+class _Insert(cst.CSTTransformer):
+    """Puts statements into chosen blocks: {id(block): [(index, statements)]}."""
+
+    def __init__(self, where: Dict[int, List[Tuple[int, list]]]):
+        super().__init__()
+        self.where = where
+
+    def _insert(self, original, updated):
+        body = list(updated.body)
+        places = sorted(self.where.get(id(original), []), key=lambda place: -place[0])
+        for index, statements in places:  # from the end, so each index still holds
+            body[min(index, len(body)):min(index, len(body))] = statements
+        return updated.with_changes(body=body)
+
+    leave_Module = leave_IndentedBlock = _insert
+
+
+@st.composite
+def scripts(draw) -> bytes:
+    """A hypothesmith module with 1 to 5 idioms put into any of its blocks (at the top and
+    bottom where libcst cannot parse the module)."""
+    code = draw(SMALL_MODULES)
+    chosen = draw(st.lists(st.integers(0, len(IDIOMS) - 1), min_size=1, max_size=5))
+    try:
+        module = cst.parse_module(code)
+    except BaseException as error:  # libcst fails at some mixes of line endings, or panics
+        if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+            raise
+        head = "".join(IDIOMS[i] + "\n" for i in chosen[::2])
+        tail = "".join(IDIOMS[i] + "\n" for i in chosen[1::2])
+        script = (head + code + ("" if code.endswith(("\n", "\r")) else "\n") + tail)
+    else:
+        finder = _Blocks()
+        module.visit(finder)
+        where: Dict[int, List[Tuple[int, list]]] = {}
+        for i in chosen:
+            block = draw(st.sampled_from(finder.blocks))
+            index = draw(st.integers(0, len(block.body)))
+            where.setdefault(id(block), []).append((index, list(IDIOM_STATEMENTS[i])))
+        script = module.visit(_Insert(where)).code
+    data = script.encode("utf-8", "surrogatepass")
+    assume(parses(data))  # an idiom before `from __future__ import ...`, say
+    return data
+
+
+@GENERATED
+@given(MODULES.map(lambda code: code.encode("utf-8", "surrogatepass")))
+@example(b"x = 1\r\n\ny = 2\n")  # mixed line endings: libcst failed ("Internal error")
+@example(b"class A:\\\r \n pass\n")  # a lone \r: "tried to get line 4 which is out of range"
+@example(b"# \xc3\xa9\n\x0cx = 1\n")
+@example(PANIC)  # libcst's parser panicked at it (a BaseException)
+def test_any_python_module_ports(data):
+    """A module Python compiles is ported (mostly as it is) and ported again unchanged."""
+    assume(parses(data))
+    _, report = assert_ports_cleanly(data)
+    event("changed" if report.changes else "unchanged")
+
+
+@GENERATED
+@given(scripts())
+@example(b"x = 1\r\n\nmodel = model.cuda()\n")
+@example(b"import torch\rx = 1\rmodel = model.cuda()\r")
+@example(b"import torch\n\x0cdef f():\n\x0c    model = model.cuda()\n\x0cy = 1\n")
+@example(b"if f():\n    pass\n    import torch_npu\n")  # the if went, and f() with it
+@example(b"import torch_npu\n\r\n\n #\n")  # libcst drops an indented comment at the end
+@example(b"x = 1  #\nimport torch_npu")
+def test_cuda_idioms_in_any_surroundings(script):
+    """Idioms put anywhere in generated code are ported; the code around them is kept."""
+    out, report = assert_ports_cleanly(script)
+    assert_only_idioms_changed(script, out)
+    event(f"{min(len(report.changes), 3)}{'+' if len(report.changes) >= 3 else ''} change(s)")
+    event(f"manual items: {bool(report.manual)}")
+
+
+# -- any bytes: ported, or refused with the line -------------------------------------------
+
+@st.composite
+def broken_scripts(draw) -> bytes:
+    """A valid script with something done to it that a file can suffer: a byte inserted,
+    cut or replaced, a NUL, a byte-order mark, an encoding declaration, other line endings,
+    tabs for spaces, a cut short end."""
+    data = draw(st.sampled_from(SCRIPTS))
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data)))
+        how = draw(st.sampled_from(["insert", "cut", "replace", "nul", "bom", "declare",
+                                    "crlf", "cr", "tabs", "truncate", "utf16"]))
+        if how == "insert":
+            data = data[:at] + draw(st.binary(min_size=1, max_size=3)) + data[at:]
+        elif how == "cut":
+            data = data[:at] + data[at + draw(st.integers(1, 20)):]
+        elif how == "replace":
+            data = data[:at] + draw(st.binary(min_size=1, max_size=1)) + data[at + 1:]
+        elif how == "nul":
+            data = data[:at] + b"\0" + data[at:]
+        elif how == "bom":
+            data = draw(st.sampled_from([codecs.BOM_UTF8, codecs.BOM_UTF16_LE,
+                                         codecs.BOM_UTF8 * 2])) + data
+        elif how == "declare":
+            data = f"# -*- coding: {draw(st.sampled_from(ENCODINGS))} -*-\n".encode() + data
+        elif how == "crlf":
+            data = data.replace(b"\n", b"\r\n", draw(st.integers(1, 50)))
+        elif how == "cr":
+            data = data.replace(b"\n", b"\r", draw(st.integers(1, 50)))
+        elif how == "tabs":
+            data = re.sub(rb"\n    ", b"\n\t", data, count=draw(st.integers(1, 50)))
+        elif how == "truncate":
+            data = data[:at]
+        else:
+            data = data.decode("latin-1").encode("utf-16")
+    return data
+
+
+ANY_BYTES = st.one_of(TEXT, st.binary(), broken_scripts(), scripts().map(
+    lambda data: data[:len(data) // 2] + b"\0" + data[len(data) // 2:]))
+
+
+@given(ANY_BYTES)
+@example(b"x = 1\n\x00\n")  # was: "source code string cannot contain null bytes (line None)"
+@example(b"# \xff\nx = 1\n")  # Python reads it; libcst's SyntaxError was a traceback
+@example(b"x = 1\ny = '\xff'\n")
+@example(b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nx = 1\n")  # was "(line 0)"
+@example(b"# -*- coding: nope -*-\nx = 1\n")
+@example(b"x = 1\n\\\n")
+@example(b"\n\t \\\r\n")  # Python reads it; libcst does not
+@example("x = 1\ny = '\u2028'\n".encode())
+@example(b"x = (" + b" ".join([b"'a'"] * 5000) + b")\n")
+@example(b"x = " + b"+".join([b"a"] * 5000) + b"\n")  # RecursionError in Python's parser
+@example(b"if x == 0:\n    a = 0\n" + b"".join(b"elif x == %d:\n    a = %d\n" % (i, i)
+                                                for i in range(1, 1000)) + b"y = z.cuda()\n")
+@example(b"x = " + b"-" * 900 + b"1\ny = z.cuda()\n")  # RecursionError in libcst's visitors
+def test_any_bytes_are_ported_or_refused_with_their_line(data):
+    """port_source(bytes): the ported bytes, or ParseFailure whose one line names the file
+    and the line of the problem."""
+    try:
+        out, report = port_source(data, "fuzz.py")
+    except ParseFailure as error:
+        message = assert_refused(error, data)
+        if parses(data, compiled=False):  # Python reads it: libcst cannot, or not deep enough
+            assert any(why in message for why in ("with libcst", "too deeply", "text: byte")), \
+                message
+        event(f"refused: {re.split(r'[(:]', message[len('fuzz.py: '):])[0]}")
+        return
+    event("ported" if report.changes else "unchanged")
+    assert parses(data, compiled=False)
+    assert (out == data) == (not report.changes)
+    if report.changes:
+        assert parses(out, compiled=False)
+        assert port_source(out, "fuzz.py")[0] == out
+
+
+# -- the command, in-process -----------------------------------------------------------
+
+GOOD = "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
+FILES = {"good.py": GOOD.encode(), "plain.py": b"print('hi')\n", "nul.py": b"x = 1\n\x00\n",
+         "latin.py": b"x = '\xe9'\n", "sub/deep.py": GOOD.encode(), "notes.txt": b"text\n"}
+NAME = st.text(st.characters(exclude_characters="/"), min_size=1, max_size=12).filter(
+    lambda name: name not in (".", ".."))
+KNOWN_PATH = st.sampled_from(sorted(FILES) + ["sub", ".", "out", "r.json", "missing.py", "",
+                                              "sub/new", "x" * 300])
+PORTABLE = st.sampled_from(["good.py", "plain.py", "sub", "sub/deep.py"])
+PATH = st.integers(0, 3).flatmap(  # mostly names that can be ported, then other known ones
+    lambda i: [NAME, KNOWN_PATH, PORTABLE, PORTABLE][i])
+OPTION = st.one_of(st.sampled_from([("--write",), ("--check",), ("--",), ("-x",)]),
+                   st.tuples(st.sampled_from(["--out", "--report"]), PATH),
+                   PATH.map(lambda path: (f"--out={path}",)))
+
+
+@st.composite
+def command_lines(draw) -> List[str]:
+    """port's options and paths, in any order; or any tokens at all."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(st.lists(st.one_of(PATH, OPTION.map(lambda option: option[0])),
+                             max_size=6))
+    tokens = [[token for token in option] for option in draw(st.lists(OPTION, max_size=3))]
+    tokens += [[path] for path in draw(st.lists(PATH, min_size=1, max_size=3))]
+    return [token for group in draw(st.permutations(tokens)) for token in group]
+
+
+@contextlib.contextmanager
+def folder_of(files: Dict[str, bytes]):
+    """A temporary folder holding `files`, as the current directory."""
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as folder:
+        for name, data in files.items():
+            Path(folder, name).parent.mkdir(parents=True, exist_ok=True)
+            Path(folder, name).write_bytes(data)
+        os.chdir(folder)
+        try:
+            yield Path(folder)
+        finally:
+            os.chdir(cwd)
+
+
+def snapshot(folder: Path) -> Dict[str, bytes]:
+    """Every file under `folder` (relative name: content)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def is_report(data: bytes) -> bool:
+    """Whether `data` is a report of --report (which may replace a file of any other kind)."""
+    try:
+        return json.loads(data)["tool"] == "devicekit port"
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def run_main(argv: List[str]) -> Tuple[int, str, str]:
+    """`devicekit port ARGV` in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as stop:  # argparse
+            code = stop.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@given(command_lines())
+@example(["--write", "nul.py", "good.py"])
+@example(["--report", "good.py", "good.py"])  # overwrote the script with the JSON report
+@example(["--report", "nul.py/r.json", "good.py"])
+@example(["--report", "latin.py", "good.py"])  # wrote the JSON over another script
+@example(["--out=0", "--report", "0", "good.py"])  # wrote 0/good.py, then failed on the report
+@example(["--out", "good.py", "sub"])
+@example(["--out", "", "good.py"])
+@example([""])  # Path("") is ".": it ported the whole folder
+@example(["a\nb.py"])  # a name with a newline: the error was two lines
+@example(["\x00"])  # ValueError: embedded null byte
+@example(["x" * 300])  # OSError: File name too long
+@example(["--report", "r\0.json", "good.py"])  # ValueError: embedded null byte
+@example(["--out", "o/" + "x" * 300, "good.py"])  # refused only after making the folder o/
+def test_any_command_line_works_or_is_one_line(argv):
+    """Exit 0 or 1 having done its work, or 2 with one line on stderr and no file changed
+    or left behind."""
+    with folder_of(FILES) as folder:
+        before = snapshot(folder)
+        code, _, err = run_main(argv)
+        after = snapshot(folder)
+    if code == EXIT_USAGE:
+        named = [one_line(part) or "''" for token in argv for part in token.split("=")]
+        line = assert_command_refused(code, err, named + ["PATH"])
+        assert line.startswith("devicekit port: error: "), line
+        assert after == before, "a refused command changed files"
+        event(f"refused: {re.sub(r'.*?: error: (.*?: )?', '', line)[:30]}")
+    else:
+        assert code in (0, 1) and err == "", (code, err)
+        assert not [name for name in after if Path(name).name.startswith(".")], \
+            f"a temporary file was left: {sorted(after)}"
+        for name in set(before) & set(after):
+            if after[name] != before[name]:  # the report, or rewritten in place and whole
+                assert is_report(after[name]) or ("--write" in argv and parses(after[name])), \
+                    name
+        event(f"exit {code}")
+
+
+# -- the command, as a user runs it ---------------------------------------------------
+
+def port_command(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "devicekit", "port", *map(str, args)],
+                          cwd=cwd, env=clean_environ(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+
+
+def test_a_file_with_a_nul_byte_is_refused_and_nothing_is_written(tmp_path):
+    (tmp_path / "a_good.py").write_text(GOOD)
+    broken = tmp_path / "b_broken.py"
+    broken.write_bytes(b"import torch\nx = torch.ones(2).cuda()\n\x00\n")
+    before = os.listdir(tmp_path)
+    result = port_command("--write", "--report", "r.json", ".", cwd=tmp_path)
+    line = assert_command_refused(result.returncode, result.stderr, ["b_broken.py"])
+    assert "does not parse: it contains a NUL byte (line 3)" in line and "None" not in line
+    assert result.stdout == ""
+    no_files_left(str(tmp_path), before)
+    assert (tmp_path / "a_good.py").read_text() == GOOD
+    assert broken.read_bytes() == b"import torch\nx = torch.ones(2).cuda()\n\x00\n"
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_its_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_bytes(b"import torch\n# caf\xe9\nx = torch.ones(2).cuda()\n")
+    result = port_command("--out", "ported", "train.py", cwd=tmp_path)
+    line = assert_command_refused(result.returncode, result.stderr, ["train.py"])
+    assert "byte 0xe9 at line 2" in line, line
+    assert sorted(os.listdir(tmp_path)) == ["train.py"]
+
+
+def test_a_bad_command_line_is_one_line(tmp_path):
+    result = port_command("--write", "--check", "train.py", cwd=tmp_path)
+    line = assert_command_refused(result.returncode, result.stderr, ["--check"])
+    assert line.startswith("devicekit port: error: argument --check: not allowed"), line

@@ -34,17 +34,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     # one per device (a launcher that started this process decides for itself).
     nprocs = None if args.multiprocessing_distributed else 1
     # Refuse a bad split here, once, rather than in every rank.
-    split_per_process(args.batch_size, args.workers,
-                      devicekit.nprocs_per_node(nprocs, options=options))
-    devicekit.launch(main_worker, args=(args,), nprocs=nprocs, device_type=args.device,
-                     options=options)
+    split_per_process(
+        args.batch_size, args.workers, devicekit.nprocs_per_node(nprocs, options=options)
+    )
+    devicekit.launch(
+        main_worker, args=(args,), nprocs=nprocs, device_type=args.device, options=options
+    )
     return 0
 
 
 def main_worker(local_rank: int, args: argparse.Namespace) -> None:
     """Train as one rank: `local_rank` is this process's index on its node."""
-    ctx = devicekit.init_distributed(args.dist_backend, timeout=args.dist_timeout,
-                                     options=launch_options(args))
+    ctx = devicekit.init_distributed(
+        args.dist_backend, timeout=args.dist_timeout, options=launch_options(args)
+    )
     try:
         train(ctx, args)
     finally:
@@ -62,8 +65,10 @@ def train(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> None:
         loop.validate(setup.val_loader, setup.model, setup.criterion, setup.run)
         return
     if args.profile_steps:
-        observe.check_profile_steps(args.profile_steps, (args.epochs - position.epoch)
-                                    * setup.steps_per_epoch - position.step)
+        observe.check_profile_steps(
+            args.profile_steps,
+            (args.epochs - position.epoch) * setup.steps_per_epoch - position.step,
+        )
     if ctx.is_main:
         os.makedirs(args.output_dir, exist_ok=True)
     with observe.observing(args, ctx.is_main, setup.steps_per_epoch) as observer:
@@ -91,44 +96,78 @@ class Setup(NamedTuple):
 def build(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> Setup:
     """Make this rank's model, optimizer, loss scaler, data loaders and LR schedule."""
     device = devicekit.device()
-    batch_size, workers = split_per_process(args.batch_size, args.workers,
-                                            ctx.local_world_size)
+    batch_size, workers = split_per_process(args.batch_size, args.workers, ctx.local_world_size)
     amp = devicekit.amp_enabled(args.amp)
-    channels_last = (devicekit.prefers_channels_last(amp) if args.channels_last is None
-                     else args.channels_last)
+    channels_last = (
+        devicekit.prefers_channels_last(amp) if args.channels_last is None else args.channels_last
+    )
     if ctx.is_main:
         print_setup(ctx, args, batch_size, workers, amp, channels_last)
     model, ddp_model = build_model(args, device, channels_last)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay)
+    optimizer = torch.optim.SGD(
+        model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay
+    )
     scaler = devicekit.GradScaler(
-        amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16)
+        amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16
+    )
     train_loader, val_loader, steps = build_data(ctx, args, batch_size, workers)
-    scheduler = state.make_scheduler(optimizer, args.epochs, args.warmup, args.lr_schedule,
-                                     math.ceil(steps / args.grad_accum))
+    scheduler = state.make_scheduler(
+        optimizer, args.epochs, args.warmup, args.lr_schedule, math.ceil(steps / args.grad_accum)
+    )
     run = types.SimpleNamespace(
-        device=device, is_main=ctx.is_main, amp=amp, channels_last=channels_last,
-        grad_accum=args.grad_accum, clip_grad=args.clip_grad, print_freq=args.print_freq,
-        steps_per_epoch=args.steps_per_epoch, val_steps=args.val_steps,
-        save_every=args.save_every)
-    return Setup(model, ddp_model, criterion, optimizer, scheduler, scaler, train_loader,
-                 val_loader, steps, batch_size, run)
+        device=device,
+        is_main=ctx.is_main,
+        amp=amp,
+        channels_last=channels_last,
+        grad_accum=args.grad_accum,
+        clip_grad=args.clip_grad,
+        print_freq=args.print_freq,
+        steps_per_epoch=args.steps_per_epoch,
+        val_steps=args.val_steps,
+        save_every=args.save_every,
+    )
+    return Setup(
+        model,
+        ddp_model,
+        criterion,
+        optimizer,
+        scheduler,
+        scaler,
+        train_loader,
+        val_loader,
+        steps,
+        batch_size,
+        run,
+    )
 
 
-def print_setup(ctx: devicekit.LaunchContext, args: argparse.Namespace, batch_size: int,
-                workers: int, amp: bool, channels_last: bool) -> None:
+def print_setup(
+    ctx: devicekit.LaunchContext,
+    args: argparse.Namespace,
+    batch_size: int,
+    workers: int,
+    amp: bool,
+    channels_last: bool,
+) -> None:
     """Print the run's one-line summary: model, device, ranks, batch, workers, precision."""
     precision = f"AMP {devicekit.amp_dtype()}".replace("torch.", "") if amp else "fp32"
-    threads = ("" if devicekit.is_available()
-               else f", {torch.get_num_threads()} compute threads per process")
-    print(f"=> {args.arch} on {devicekit.device_type()} ({ctx.describe()}), batch "
-          f"{batch_size} per process, {workers} loader workers per process, {precision}"
-          f"{', channels_last' if channels_last else ''}{threads}", flush=True)
+    threads = (
+        ""
+        if devicekit.is_available()
+        else f", {torch.get_num_threads()} compute threads per process"
+    )
+    print(
+        f"=> {args.arch} on {devicekit.device_type()} ({ctx.describe()}), batch "
+        f"{batch_size} per process, {workers} loader workers per process, {precision}"
+        f"{', channels_last' if channels_last else ''}{threads}",
+        flush=True,
+    )
 
 
-def build_model(args: argparse.Namespace, device: torch.device,
-                channels_last: bool) -> Tuple[torch.nn.Module, torch.nn.Module]:
+def build_model(
+    args: argparse.Namespace, device: torch.device, channels_last: bool
+) -> Tuple[torch.nn.Module, torch.nn.Module]:
     """The model on `device`, and the same model wrapped for DDP (and compiled) to train."""
     model = models.create(args.arch, num_classes=args.num_classes)
     if args.pretrained:
@@ -143,50 +182,73 @@ def build_model(args: argparse.Namespace, device: torch.device,
     return model, ddp_model
 
 
-def build_data(ctx: devicekit.LaunchContext, args: argparse.Namespace, batch_size: int,
-               workers: int) -> Tuple[torch.utils.data.DataLoader,
-                                      torch.utils.data.DataLoader, int]:
+def build_data(
+    ctx: devicekit.LaunchContext, args: argparse.Namespace, batch_size: int, workers: int
+) -> Tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader, int]:
     """(train_loader, val_loader, training steps per epoch) for this rank."""
-    train_set, val_set = data.build_datasets(args.data_dir, args.dummy, args.image_size,
-                                             args.num_classes, args.seed,
-                                             crop_scale=args.crop_scale, flip=args.flip,
-                                             augment=args.augment)
-    train_loader, val_loader = build_loaders(train_set, val_set, batch_size, workers, ctx,
-                                             args.seed)
-    steps = len(train_loader) if args.steps_per_epoch is None else min(len(train_loader),
-                                                                       args.steps_per_epoch)
+    train_set, val_set = data.build_datasets(
+        args.data_dir,
+        args.dummy,
+        args.image_size,
+        args.num_classes,
+        args.seed,
+        crop_scale=args.crop_scale,
+        flip=args.flip,
+        augment=args.augment,
+    )
+    train_loader, val_loader = build_loaders(
+        train_set, val_set, batch_size, workers, ctx, args.seed
+    )
+    steps = (
+        len(train_loader)
+        if args.steps_per_epoch is None
+        else min(len(train_loader), args.steps_per_epoch)
+    )
     if steps == 0:  # parse_args checked one node's batch; several nodes need more images
         raise devicekit.UsageError(
             f"{len(train_set)} training images make no batch of {batch_size} per process over "
-            f"{ctx.world_size} processes: lower --batch-size or add images")
+            f"{ctx.world_size} processes: lower --batch-size or add images"
+        )
     return train_loader, val_loader, steps
 
 
-def resume(ctx: devicekit.LaunchContext, args: argparse.Namespace,
-           setup: Setup) -> Optional[state.Position]:
+def resume(
+    ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Setup
+) -> Optional[state.Position]:
     """Where this rank starts: --start-epoch, or the --resume checkpoint loaded into `setup`
     (None when that run already finished and there is nothing to train)."""
     position = state.Position(args.start_epoch)
     resume_from = state.resume_path(args.resume, args.output_dir)
     if not resume_from:
         return position
-    position = state.resume(resume_from, args.arch, setup.model, setup.optimizer,
-                            setup.scheduler, setup.scaler)
+    position = state.resume(
+        resume_from, args.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
+    )
     if position.rng_states is not None and len(position.rng_states) == ctx.world_size:
         torch.set_rng_state(position.rng_states[ctx.rank])
     if ctx.is_main:
-        print(f"=> resumed {resume_from!r} at epoch {position.epoch}, step {position.step}",
-              flush=True)
+        print(
+            f"=> resumed {resume_from!r} at epoch {position.epoch}, step {position.step}",
+            flush=True,
+        )
     if position.epoch >= args.epochs and not args.evaluate:
         if ctx.is_main:
-            print(f"=> nothing to train: the run finished at epoch {position.epoch} of "
-                  f"--epochs {args.epochs}", flush=True)
+            print(
+                f"=> nothing to train: the run finished at epoch {position.epoch} of "
+                f"--epochs {args.epochs}",
+                flush=True,
+            )
         return None
     return position
 
 
-def run_epoch(ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Setup,
-              start: state.Position, observer: observe.Observer) -> state.Position:
+def run_epoch(
+    ctx: devicekit.LaunchContext,
+    args: argparse.Namespace,
+    setup: Setup,
+    start: state.Position,
+    observer: observe.Observer,
+) -> state.Position:
     """Train the epoch `start` is in (from its step, when resumed mid-epoch), validate it,
     record (metrics.jsonl, `observer`) and checkpoint it; returns the position at the next
     epoch's start."""
@@ -194,9 +256,19 @@ def run_epoch(ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Set
     started, lr = time.time(), setup.optimizer.param_groups[0]["lr"]
     setup.train_loader.sampler.set_epoch(epoch, skip=start.step * setup.batch_size)
     trained = loop.train_one_epoch(
-        setup.train_loader, setup.ddp_model, setup.criterion, setup.optimizer, setup.scheduler,
-        setup.scaler, epoch, setup.run, start.step, start.totals if start.step else None,
-        functools.partial(save_mid_epoch, ctx, args, setup, start.best_acc1), observer)
+        setup.train_loader,
+        setup.ddp_model,
+        setup.criterion,
+        setup.optimizer,
+        setup.scheduler,
+        setup.scaler,
+        epoch,
+        setup.run,
+        start.step,
+        start.totals if start.step else None,
+        functools.partial(save_mid_epoch, ctx, args, setup, start.best_acc1),
+        observer,
+    )
     devicekit.broadcast_buffers(setup.model)  # every rank validates rank 0's model
     validated = loop.validate(setup.val_loader, setup.model, setup.criterion, setup.run)
     is_best = validated["acc1"] > start.best_acc1
@@ -210,40 +282,64 @@ def run_epoch(ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Set
     return end
 
 
-def save_mid_epoch(ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Setup,
-                   best_acc1: float, epoch: int, step: int, totals: torch.Tensor) -> None:
+def save_mid_epoch(
+    ctx: devicekit.LaunchContext,
+    args: argparse.Namespace,
+    setup: Setup,
+    best_acc1: float,
+    epoch: int,
+    step: int,
+    totals: torch.Tensor,
+) -> None:
     """Checkpoint `step` steps into `epoch`, with every rank's generator state, so that a
     resumed run draws what this one would."""
     rng_states = [None] * ctx.world_size
     torch.distributed.all_gather_object(rng_states, torch.get_rng_state())
     if ctx.is_main:
-        state.save(args.output_dir, checkpoint(
-            args, setup, state.Position(epoch, step, best_acc1, rng_states, totals)),
-            is_best=False)
+        state.save(
+            args.output_dir,
+            checkpoint(args, setup, state.Position(epoch, step, best_acc1, rng_states, totals)),
+            is_best=False,
+        )
 
 
-def checkpoint(args: argparse.Namespace, setup: Setup,
-               position: state.Position) -> Dict[str, Any]:
+def checkpoint(args: argparse.Namespace, setup: Setup, position: state.Position) -> Dict[str, Any]:
     """The checkpoint dict of this run at `position`."""
-    return state.checkpoint_state(position, args.arch, setup.model, setup.optimizer,
-                                  setup.scheduler, setup.scaler)
+    return state.checkpoint_state(
+        position, args.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
+    )
 
 
-def epoch_metrics(ctx: devicekit.LaunchContext, epoch: int, lr: float, trained: Dict[str, float],
-                  validated: Dict[str, float], seconds: float) -> Dict[str, Any]:
+def epoch_metrics(
+    ctx: devicekit.LaunchContext,
+    epoch: int,
+    lr: float,
+    trained: Dict[str, float],
+    validated: Dict[str, float],
+    seconds: float,
+) -> Dict[str, Any]:
     """One epoch's row of metrics.jsonl."""
-    return {"epoch": epoch, "train_loss": trained["loss"], "train_acc1": trained["acc1"],
-            "val_loss": validated["loss"], "acc1": validated["acc1"],
-            "acc5": validated["acc5"], "val_samples": validated["samples"],
-            "lr": lr, "world_size": ctx.world_size,
-            "images_per_sec": trained["images_per_sec"] * ctx.world_size,
-            "seconds": seconds}
+    return {
+        "epoch": epoch,
+        "train_loss": trained["loss"],
+        "train_acc1": trained["acc1"],
+        "val_loss": validated["loss"],
+        "acc1": validated["acc1"],
+        "acc5": validated["acc5"],
+        "val_samples": validated["samples"],
+        "lr": lr,
+        "world_size": ctx.world_size,
+        "images_per_sec": trained["images_per_sec"] * ctx.world_size,
+        "seconds": seconds,
+    }
 
 
 def finish(ctx: devicekit.LaunchContext, model: torch.nn.Module) -> None:
     """Say this rank finished, with a fingerprint of its weights: equal on all ranks."""
-    print(f"=> rank {ctx.rank}/{ctx.world_size} done: weights {devicekit.fingerprint(model)}",
-          flush=True)
+    print(
+        f"=> rank {ctx.rank}/{ctx.world_size} done: weights {devicekit.fingerprint(model)}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

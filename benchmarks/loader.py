@@ -62,19 +62,24 @@ from machine import cpu_and_versions  # noqa: E402
 from stats import median_interval  # noqa: E402
 from trainer import data  # noqa: E402
 from trainer.loaders import (  # noqa: E402
-    EpochSeededDataset, build_loaders, freeze_inherited_objects)
+    EpochSeededDataset,
+    build_loaders,
+    freeze_inherited_objects,
+)
 
 SEED = 0
 
 
 # -- the machine ---------------------------------------------------------------------------
 
+
 def machine():
     """What the figures were measured on."""
     return cpu_and_versions() | {
         "pillow": PIL.__version__,
         "libjpeg_turbo": features.version("libjpeg_turbo"),  # None: plain libjpeg
-        "numpy": np.__version__}
+        "numpy": np.__version__,
+    }
 
 
 def load_1min():
@@ -83,6 +88,7 @@ def load_1min():
 
 
 # -- decode throughput ---------------------------------------------------------------------
+
 
 def photo_like(rng, width=500, height=375):
     """An RGB image with smooth structure at several scales plus pixel noise."""
@@ -149,11 +155,15 @@ PATHS = ("reference", "full decode", "now", "decode only")
 def pipelines(root, size):
     """{path: EpochSeededDataset} at output size `size`."""
     now = data.train_transform(size)
-    transforms = {"reference": ReferenceCrop(size),
-                  "full decode": data.Compose([FullDecode(), *now.transforms]), "now": now,
-                  "decode only": DecodeOnly()}
-    return {name: EpochSeededDataset(data.ImageFolder(root, transforms[name]), SEED)
-            for name in PATHS}
+    transforms = {
+        "reference": ReferenceCrop(size),
+        "full decode": data.Compose([FullDecode(), *now.transforms]),
+        "now": now,
+        "decode only": DecodeOnly(),
+    }
+    return {
+        name: EpochSeededDataset(data.ImageFolder(root, transforms[name]), SEED) for name in PATHS
+    }
 
 
 def images_per_second(dataset, epoch):
@@ -166,7 +176,7 @@ def images_per_second(dataset, epoch):
 
 
 def compare(sets):
-    """"now" against the reference at epoch 0: {factor: share of samples} for the
+    """ "now" against the reference at epoch 0: {factor: share of samples} for the
     reduction "now" decoded at, and the mean absolute difference (uint8 levels) of their
     pixels over all samples and over the reduced ones."""
     factors, decode = [], data.decode
@@ -190,8 +200,10 @@ def compare(sets):
             reduced_total += difference
             reduced_count += reference.numel()
     shares = {str(int(f)): factors.count(f) / len(factors) for f in sorted(set(factors))}
-    return shares, {"all_samples": total / count,
-                    "reduced_samples": reduced_total / reduced_count if reduced_count else None}
+    return shares, {
+        "all_samples": total / count,
+        "reduced_samples": reduced_total / reduced_count if reduced_count else None,
+    }
 
 
 def decode_costs(root, rounds):
@@ -215,21 +227,36 @@ def summary(values):
     """Median of the rounds with its sign-test interval (the min-max for 7 rounds, the 2nd
     smallest to the 2nd largest for 9)."""
     low, high, confidence = median_interval(values)
-    return {"median": statistics.median(values), "interval": [low, high],
-            "confidence": confidence, "rounds": values}
+    return {
+        "median": statistics.median(values),
+        "interval": [low, high],
+        "confidence": confidence,
+        "rounds": values,
+    }
 
 
 def decode_section(sizes, image_count, rounds):
     root = tempfile.mkdtemp(prefix="loader-bench-jpegs-")
     try:
         mean_bytes = make_jpegs(root, image_count)
-        print(f"decode: {image_count} JPEGs, 500x375, quality 90, mean {mean_bytes / 1024:.0f} KB;"
-              f" one core, one thread; {rounds} rounds, order rotating")
-        results = {"images": image_count, "mean_file_bytes": mean_bytes,
-                   "decode_only_cpu_ms": decode_costs(root, rounds), "sizes": {}}
-        print("  decoding alone, CPU ms per image (median): " + ", ".join(
-            f"{'full' if factor == '1' else '1/' + factor} {ms:.2f}"
-            for factor, ms in results["decode_only_cpu_ms"].items()), flush=True)
+        print(
+            f"decode: {image_count} JPEGs, 500x375, quality 90, mean {mean_bytes / 1024:.0f} KB;"
+            f" one core, one thread; {rounds} rounds, order rotating"
+        )
+        results = {
+            "images": image_count,
+            "mean_file_bytes": mean_bytes,
+            "decode_only_cpu_ms": decode_costs(root, rounds),
+            "sizes": {},
+        }
+        print(
+            "  decoding alone, CPU ms per image (median): "
+            + ", ".join(
+                f"{'full' if factor == '1' else '1/' + factor} {ms:.2f}"
+                for factor, ms in results["decode_only_cpu_ms"].items()
+            ),
+            flush=True,
+        )
         for size in sizes:
             sets = pipelines(root, size)
             for dataset in sets.values():  # warm: page cache, Pillow's plugins, allocator
@@ -243,7 +270,8 @@ def decode_section(sizes, image_count, rounds):
             row = {name: summary(runs[name]) for name in PATHS}
             row["ratios to the reference"] = {
                 name: summary([a / b for a, b in zip(runs[name], runs["reference"])])
-                for name in PATHS[1:]}
+                for name in PATHS[1:]
+            }
             row |= {"reductions": shares, "mean_abs_pixel_difference": difference}
             results["sizes"][str(size)] = row
             print_decode_row(size, row)
@@ -259,18 +287,26 @@ def print_decode_row(size, row):
 
     reduced = ", ".join(f"1/{f}: {share:.0%}" for f, share in row["reductions"].items())
     difference = row["mean_abs_pixel_difference"]
-    on_reduced = ("-" if difference["reduced_samples"] is None
-                  else f"{difference['reduced_samples']:.2f}")
+    on_reduced = (
+        "-" if difference["reduced_samples"] is None else f"{difference['reduced_samples']:.2f}"
+    )
     ratios = row["ratios to the reference"]
-    print(f"  {size:>3} px: " + " | ".join(f"{name} {cell(row[name])} img/s" for name in PATHS),
-          flush=True)
-    print("         to the reference: " + " | ".join(
-        f"{name} {cell(ratios[name], 2)}" for name in PATHS[1:]) + f" | now decoded at "
+    print(
+        f"  {size:>3} px: " + " | ".join(f"{name} {cell(row[name])} img/s" for name in PATHS),
+        flush=True,
+    )
+    print(
+        "         to the reference: "
+        + " | ".join(f"{name} {cell(ratios[name], 2)}" for name in PATHS[1:])
+        + f" | now decoded at "
         f"{reduced} | now's mean |diff| {difference['all_samples']:.2f} levels (reduced "
-        f"samples: {on_reduced})", flush=True)
+        f"samples: {on_reduced})",
+        flush=True,
+    )
 
 
 # -- worker memory -------------------------------------------------------------------------
+
 
 class PathOnlyFolder(data.ImageFolder):
     """ImageFolder that opens no file: a sample is a tiny tensor made from its path."""
@@ -309,8 +345,11 @@ def memory_of(pid):
             key, _, value = line.partition(":")
             if value.strip().endswith("kB"):
                 fields[key] = int(value.split()[0]) * 1024
-    return {"rss": fields["Rss"], "pss": fields["Pss"],
-            "uss": fields["Private_Clean"] + fields["Private_Dirty"]}
+    return {
+        "rss": fields["Rss"],
+        "pss": fields["Pss"],
+        "uss": fields["Private_Clean"] + fields["Private_Dirty"],
+    }
 
 
 def children():
@@ -357,10 +396,11 @@ def epochs_of(dataset, epochs, workers, batch, init=None):
     return points
 
 
-VARIANTS = {"list of tuples (before)": (ListHeldFolder, None),
-            "numpy arrays, workers without gc.freeze()": (PathOnlyFolder, None),
-            "numpy arrays + gc.freeze() in each worker (now)": (PathOnlyFolder,
-                                                                 freeze_inherited_objects)}
+VARIANTS = {
+    "list of tuples (before)": (ListHeldFolder, None),
+    "numpy arrays, workers without gc.freeze()": (PathOnlyFolder, None),
+    "numpy arrays + gc.freeze() in each worker (now)": (PathOnlyFolder, freeze_inherited_objects),
+}
 
 
 def memory_variant(name, root, epochs, workers, batch):
@@ -376,17 +416,26 @@ def memory_section(file_count, epochs=3, workers=2, batch=256):
     try:
         started = time.perf_counter()
         make_empty_files(root, file_count)
-        print(f"memory: {file_count} files (made in {time.perf_counter() - started:.0f} s), "
-              f"{workers} forked workers, batch {batch}, {epochs} epochs; the workers' sum in "
-              "MiB: started, first batch, epochs 1..3; growth from the first batch on")
+        print(
+            f"memory: {file_count} files (made in {time.perf_counter() - started:.0f} s), "
+            f"{workers} forked workers, batch {batch}, {epochs} epochs; the workers' sum in "
+            "MiB: started, first batch, epochs 1..3; growth from the first batch on"
+        )
         results = {"files": file_count, "workers": workers, "batch": batch, "epochs": epochs}
         for name in VARIANTS:
-            code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-                    "import loader; print(json.dumps(loader.memory_variant(*sys.argv[1:3], "
-                    "*map(int, sys.argv[3:]))))")
-            points = json.loads(subprocess.run(
-                [sys.executable, "-c", code, name, root, str(epochs), str(workers), str(batch)],
-                check=True, capture_output=True, text=True).stdout)
+            code = (
+                f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+                "import loader; print(json.dumps(loader.memory_variant(*sys.argv[1:3], "
+                "*map(int, sys.argv[3:]))))"
+            )
+            points = json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", code, name, root, str(epochs), str(workers), str(batch)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )
             first, last = points[1], points[-1]
             growth = {key: (last[key] - first[key]) / first[key] for key in ("rss", "pss", "uss")}
             results[name] = {"points": points, "growth_from_first_batch": growth}
@@ -401,26 +450,42 @@ def memory_section(file_count, epochs=3, workers=2, batch=256):
 
 # -- main ----------------------------------------------------------------------------------
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["decode", "memory"], default=None)
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--images", type=int, default=300, help="JPEGs to make (default 300)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[224, 128, 64],
-                        help="output sizes (default 224 128 64)")
-    parser.add_argument("--files", type=int, default=200_000,
-                        help="file list length for the memory section (default 200000)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[224, 128, 64],
+        help="output sizes (default 224 128 64)",
+    )
+    parser.add_argument(
+        "--files",
+        type=int,
+        default=200_000,
+        help="file list length for the memory section (default 200000)",
+    )
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "loader_results.json"))
     args = parser.parse_args()
 
     multiprocessing.set_start_method("fork")  # what the memory section is about
     torch.set_num_threads(1)  # as in a DataLoader worker
     about = machine()
-    results = {"machine": about, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "load_1min_before": load_1min()}
-    print(f"{about['cpu']} ({about['cpu_family_model']}), {about['cores']} cores; torch "
-          f"{about['torch']}, Pillow {about['pillow']}, libjpeg-turbo "
-          f"{about['libjpeg_turbo']}; load {results['load_1min_before']:.2f}", flush=True)
+    results = {
+        "machine": about,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_1min_before": load_1min(),
+    }
+    print(
+        f"{about['cpu']} ({about['cpu_family_model']}), {about['cores']} cores; torch "
+        f"{about['torch']}, Pillow {about['pillow']}, libjpeg-turbo "
+        f"{about['libjpeg_turbo']}; load {results['load_1min_before']:.2f}",
+        flush=True,
+    )
     if args.only in (None, "decode"):
         cores = os.sched_getaffinity(0)
         os.sched_setaffinity(0, {max(cores)})  # one worker core

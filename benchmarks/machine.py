@@ -17,10 +17,13 @@ def cpu_and_versions():
             key, _, value = line.partition(":")
             cpuinfo.setdefault(key.strip(), value.strip())  # the first processor's
     flags = set(cpuinfo.get("flags", "").split())
-    return {"cpu": cpuinfo.get("model name", platform.processor()),
-            "cpu_family_model": f"family {cpuinfo.get('cpu family')} model "
-                                f"{cpuinfo.get('model')} stepping {cpuinfo.get('stepping')}",
-            "flags": {flag: flag in flags for flag in CPU_FLAGS},
-            "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {
+        "cpu": cpuinfo.get("model name", platform.processor()),
+        "cpu_family_model": f"family {cpuinfo.get('cpu family')} model "
+        f"{cpuinfo.get('model')} stepping {cpuinfo.get('stepping')}",
+        "flags": {flag: flag in flags for flag in CPU_FLAGS},
+        "cores": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }

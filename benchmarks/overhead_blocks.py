@@ -40,8 +40,9 @@ def main_side(args, ctx, batch):
     devicekit.seed_everything(0, ctx.rank)
     device = devicekit.device()
     model = models.create(args.arch, num_classes=1000)
-    model.to(device, memory_format=torch.channels_last if args.channels_last
-             else torch.preserve_format)
+    model.to(
+        device, memory_format=torch.channels_last if args.channels_last else torch.preserve_format
+    )
     ddp_model = devicekit.wrap_ddp(model, broadcast_buffers=False)
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
@@ -50,14 +51,22 @@ def main_side(args, ctx, batch):
     loader, _ = build_loaders(train_set, val_set, batch, 0, ctx, 0)
     scheduler = state.make_scheduler(optimizer, 90, 0, "step", len(loader))
     run = types.SimpleNamespace(
-        device=device, is_main=False, amp=args.amp, channels_last=args.channels_last,
-        grad_accum=1, clip_grad=None, print_freq=10**9, steps_per_epoch=args.block_steps,
-        val_steps=None, save_every=0)
+        device=device,
+        is_main=False,
+        amp=args.amp,
+        channels_last=args.channels_last,
+        grad_accum=1,
+        clip_grad=None,
+        print_freq=10**9,
+        steps_per_epoch=args.block_steps,
+        val_steps=None,
+        save_every=0,
+    )
 
     def block(epoch):
         loader.sampler.set_epoch(epoch)
-        loop.train_one_epoch(loader, ddp_model, criterion, optimizer, scheduler, scaler,
-                             epoch, run)
+        loop.train_one_epoch(loader, ddp_model, criterion, optimizer, scheduler, scaler, epoch, run)
+
     return block
 
 
@@ -86,8 +95,13 @@ def main():
             if index > 0:
                 seconds[name].append(time.perf_counter() - start)
     if ctx.rank == 0:
-        print("RESULT " + json.dumps({"images_per_block": batch * ctx.world_size
-                                      * args.block_steps, "block_s": seconds}), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(
+                {"images_per_block": batch * ctx.world_size * args.block_steps, "block_s": seconds}
+            ),
+            flush=True,
+        )
     devicekit.destroy_process_group()
 
 

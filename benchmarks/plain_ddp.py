@@ -42,22 +42,32 @@ def build(args, device, local_rank, local_world, workers=0):
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ddp = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=None if device.type == "cpu" else [local_rank],
-        gradient_as_bucket_view=True, broadcast_buffers=False)
+        model,
+        device_ids=None if device.type == "cpu" else [local_rank],
+        gradient_as_bucket_view=True,
+        broadcast_buffers=False,
+    )
     dataset = DummyImageNet(1_281_167, 1000, args.image_size, 0)
     sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=0, drop_last=True)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=args.batch_size // local_world, sampler=sampler,
-        num_workers=workers, pin_memory=device.type != "cpu", drop_last=True,
-        persistent_workers=workers > 0)
+        dataset,
+        batch_size=args.batch_size // local_world,
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=device.type != "cpu",
+        drop_last=True,
+        persistent_workers=workers > 0,
+    )
     amp_dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
     ddp.train()
     return types.SimpleNamespace(
-        ddp=ddp, loader=loader, amp_dtype=amp_dtype,
+        ddp=ddp,
+        loader=loader,
+        amp_dtype=amp_dtype,
         optimizer=torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4),
         criterion=torch.nn.CrossEntropyLoss(),
-        scaler=torch.amp.GradScaler(device.type,
-                                    enabled=args.amp and amp_dtype == torch.float16))
+        scaler=torch.amp.GradScaler(device.type, enabled=args.amp and amp_dtype == torch.float16),
+    )
 
 
 def train_steps(parts, args, device, steps, epoch=0):
@@ -93,15 +103,22 @@ def main():
 
     local_rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    device = torch.device(args.device) if args.device == "cpu" else torch.device(args.device, local_rank)
+    device = (
+        torch.device(args.device) if args.device == "cpu" else torch.device(args.device, local_rank)
+    )
     if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_world))
     dist.init_process_group(dist.get_default_backend_for_device(device))
     parts = build(args, device, local_rank, local_world, args.workers)
     step_s = train_steps(parts, args, device, args.steps)
     if dist.get_rank() == 0:
-        print("RESULT " + json.dumps({"images_per_step": args.batch_size // local_world * world,
-                                      "step_s": step_s}), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(
+                {"images_per_step": args.batch_size // local_world * world, "step_s": step_s}
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

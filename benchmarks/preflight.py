@@ -61,8 +61,11 @@ class GPT(nn.Module):
         super().__init__()
         self.tokens, self.positions = nn.Embedding(vocab, d), nn.Embedding(seq, d)
         self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True,
-                                       norm_first=True) for _ in range(layers))
+            nn.TransformerEncoderLayer(
+                d, heads, 4 * d, dropout=0.1, batch_first=True, norm_first=True
+            )
+            for _ in range(layers)
+        )
         self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
 
@@ -78,13 +81,17 @@ def gpt():
     model = GPT()
     optimizer = torch.optim.AdamW(model.parameters(), 3e-4)
     criterion = nn.CrossEntropyLoss()
-    batches = [(tokens[:, :-1], tokens[:, 1:]) for tokens in
-               (torch.randint(0, 1000, (8, 65)) for _ in range(4))]
+    batches = [
+        (tokens[:, :-1], tokens[:, 1:])
+        for tokens in (torch.randint(0, 1000, (8, 65)) for _ in range(4))
+    ]
     return model, optimizer, lambda x, y: criterion(model(x).flatten(0, 1), y.flatten()), batches
 
 
-MODELS = {"resnet18": ("ResNet-18, batch 16, 64 px, fp32, SGD", resnet18),
-          "gpt": ("4 x TransformerEncoderLayer d128 h4, batch 8 x 64 tokens, AdamW", gpt)}
+MODELS = {
+    "resnet18": ("ResNet-18, batch 16, 64 px, fp32, SGD", resnet18),
+    "gpt": ("4 x TransformerEncoderLayer d128 h4, batch 8 x 64 tokens, AdamW", gpt),
+}
 
 
 def step_ratio(build, pairs, block_steps, warmup):
@@ -113,26 +120,39 @@ def step_ratio(build, pairs, block_steps, warmup):
 
     recorded_s, plain_s, ratios = alternate_blocks(recorded, steps, pairs, block_steps, warmup)
     low, high, confidence = median_interval(ratios)
-    return {"plain_ms": 1e3 * statistics.median(plain_s),
-            "recorded_ms": 1e3 * statistics.median(recorded_s),
-            "ratio": statistics.median(ratios), "interval": [low, high],
-            "confidence": confidence, "pairs": pairs, "block_steps": block_steps,
-            "plain_s": plain_s, "recorded_s": recorded_s, "ratios": ratios}
+    return {
+        "plain_ms": 1e3 * statistics.median(plain_s),
+        "recorded_ms": 1e3 * statistics.median(recorded_s),
+        "ratio": statistics.median(ratios),
+        "interval": [low, high],
+        "confidence": confidence,
+        "pairs": pairs,
+        "block_steps": block_steps,
+        "plain_s": plain_s,
+        "recorded_s": recorded_s,
+        "ratios": ratios,
+    }
 
 
 def format_table(results):
     m = results["machine"]
-    lines = [f"machine: {m['cpu']} ({m['cpu_family_model']}), {m['cores']} cores used, torch "
-             f"{m['torch']} ({m['torch_cpu_capability']}), Python {m['python']}; "
-             f"{m['when']}, load average at start {m['load_average_at_start']:.2f}", "",
-             f"Issue: \"{ISSUE_WORDS}\". Ratio: median of the paired recorded / plain block "
-             "figures; interval: its sign-test interval (confidence in brackets).", "",
-             "| model | plain ms/step | recorded ms/step | ratio | interval | pairs |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"machine: {m['cpu']} ({m['cpu_family_model']}), {m['cores']} cores used, torch "
+        f"{m['torch']} ({m['torch_cpu_capability']}), Python {m['python']}; "
+        f"{m['when']}, load average at start {m['load_average_at_start']:.2f}",
+        "",
+        f'Issue: "{ISSUE_WORDS}". Ratio: median of the paired recorded / plain block '
+        "figures; interval: its sign-test interval (confidence in brackets).",
+        "",
+        "| model | plain ms/step | recorded ms/step | ratio | interval | pairs |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, row in results["rows"].items():
-        lines.append(f"| {name}: {row['what']} | {row['plain_ms']:.1f} | "
-                     f"{row['recorded_ms']:.1f} | {row['ratio']:.2f}x | {row['interval'][0]:.2f}-"
-                     f"{row['interval'][1]:.2f}x ({row['confidence']:.1%}) | {row['pairs']} |")
+        lines.append(
+            f"| {name}: {row['what']} | {row['plain_ms']:.1f} | "
+            f"{row['recorded_ms']:.1f} | {row['ratio']:.2f}x | {row['interval'][0]:.2f}-"
+            f"{row['interval'][1]:.2f}x ({row['confidence']:.1%}) | {row['pairs']} |"
+        )
     return "\n".join(lines)
 
 
@@ -142,20 +162,26 @@ def main():
     parser.add_argument("--block-steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--only", choices=list(MODELS), action="append")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks",
-                                                      "preflight_results.json"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "preflight_results.json"))
     args = parser.parse_args()
     os.sched_setaffinity(0, [int(core) for core in cores(2).split(",")])
     torch.set_num_threads(2)
     sys.path.insert(0, ROOT)
-    results = {"machine": cpu_and_versions() | {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "load_average_at_start": os.getloadavg()[0]}, "issue": ISSUE_WORDS, "rows": {}}
+    results = {
+        "machine": cpu_and_versions()
+        | {
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_average_at_start": os.getloadavg()[0],
+        },
+        "issue": ISSUE_WORDS,
+        "rows": {},
+    }
     for name in args.only or MODELS:
         what, build = MODELS[name]
         print(f"{name} pairs ...", file=sys.stderr, flush=True)
-        results["rows"][name] = {"what": what} | step_ratio(build, args.pairs, args.block_steps,
-                                                            args.warmup)
+        results["rows"][name] = {"what": what} | step_ratio(
+            build, args.pairs, args.block_steps, args.warmup
+        )
     results["load_average_at_end"] = os.getloadavg()[0]
     with open(args.out, "w") as handle:
         json.dump(results, handle, indent=2)

@@ -41,8 +41,10 @@ def accuracy(output, target, topk=(1, 5)):
         maxk = max(topk)
         _, pred = output.topk(maxk, 1, True, True)
         correct = pred.t().eq(target.view(1, -1).expand_as(pred.t()))
-        return [correct[:k].reshape(-1).float().sum(0, keepdim=True) * (100.0 / target.size(0))
-                for k in topk]
+        return [
+            correct[:k].reshape(-1).float().sum(0, keepdim=True) * (100.0 / target.size(0))
+            for k in topk
+        ]
 
 
 def main():
@@ -64,8 +66,12 @@ def main():
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
     loader = torch.utils.data.DataLoader(
-        FloatFakeData(1_281_167, args.image_size), batch_size=args.batch_size, shuffle=True,
-        num_workers=args.workers, pin_memory=device.type != "cpu")
+        FloatFakeData(1_281_167, args.image_size),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type != "cpu",
+    )
     criterion = torch.nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
     scaler = torch.amp.GradScaler(device.type, enabled=args.amp and amp_dtype == torch.float16)

@@ -50,8 +50,11 @@ IMPORT = [PY, "-c", "import devicekit"]
 STARTUP_GOAL_S = 1.0
 STEP_GOAL = 1.15
 BATCH, SIZE, CLASSES, WARMUP_STEPS = 16, 64, 1000, 5
-STEP_ROWS = {"3a. step fp32": (False, None), "3b. step bf16": (True, None),  # (amp, foreach)
-             "3c. step fp32, foreach": (False, True)}
+STEP_ROWS = {
+    "3a. step fp32": (False, None),
+    "3b. step bf16": (True, None),  # (amp, foreach)
+    "3c. step fp32, foreach": (False, True),
+}
 
 
 def import_seconds(cache, simulate):
@@ -74,8 +77,12 @@ def builds(scratch, repeats):
         seconds.append(import_seconds(cache, simulate=True))
         if not any(name.startswith("npu-standin-") for name in os.listdir(cache)):
             raise RuntimeError(f"no npu-standin build in {cache}")
-    row = {"what": "cold build: import devicekit with DEVICEKIT_SIMULATE=npu, empty cache",
-           "median_s": statistics.median(seconds), "runs_s": seconds, "verdict": "report"}
+    row = {
+        "what": "cold build: import devicekit with DEVICEKIT_SIMULATE=npu, empty cache",
+        "median_s": statistics.median(seconds),
+        "runs_s": seconds,
+        "verdict": "report",
+    }
     return row, cache
 
 
@@ -88,14 +95,20 @@ def startup(cache, pairs):
             (with_s if simulate else without_s).append(import_seconds(cache, simulate))
     differences = [a - b for a, b in zip(with_s, without_s)]
     low, high, confidence = median_interval(differences)
-    return {"what": "warm start-up: import devicekit with DEVICEKIT_SIMULATE=npu minus without",
-            "median_s": statistics.median(differences), "interval_s": [low, high],
-            "confidence": confidence, "pairs": pairs,
-            "with_median_s": statistics.median(with_s),
-            "without_median_s": statistics.median(without_s),
-            "goal": f"upper end < {STARTUP_GOAL_S} s",
-            "verdict": at_most(low, high, confidence, STARTUP_GOAL_S, strict=True),
-            "differences_s": differences, "with_s": with_s, "without_s": without_s}
+    return {
+        "what": "warm start-up: import devicekit with DEVICEKIT_SIMULATE=npu minus without",
+        "median_s": statistics.median(differences),
+        "interval_s": [low, high],
+        "confidence": confidence,
+        "pairs": pairs,
+        "with_median_s": statistics.median(with_s),
+        "without_median_s": statistics.median(without_s),
+        "goal": f"upper end < {STARTUP_GOAL_S} s",
+        "verdict": at_most(low, high, confidence, STARTUP_GOAL_S, strict=True),
+        "differences_s": differences,
+        "with_s": with_s,
+        "without_s": without_s,
+    }
 
 
 def at_most(low, high, confidence, goal, strict=False):
@@ -117,13 +130,15 @@ def step_ratio(pairs, block_steps, amp, foreach=None):
 
     torch.manual_seed(0)
     model = models.create("resnet18", num_classes=CLASSES)
-    batches = [(torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, CLASSES, (BATCH,)))
-               for _ in range(4)]
+    batches = [
+        (torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, CLASSES, (BATCH,))) for _ in range(4)
+    ]
 
     def side(device):
         net = copy.deepcopy(model).to(device)
-        optimizer = torch.optim.SGD(net.parameters(), 0.01, momentum=0.9, weight_decay=1e-4,
-                                    foreach=foreach)
+        optimizer = torch.optim.SGD(
+            net.parameters(), 0.01, momentum=0.9, weight_decay=1e-4, foreach=foreach
+        )
         criterion = torch.nn.CrossEntropyLoss()
 
         def step(images, labels):
@@ -136,67 +151,88 @@ def step_ratio(pairs, block_steps, amp, foreach=None):
 
         return step_timer(step, batches)
 
-    npu_s, cpu_s, ratios = alternate_blocks(side("npu"), side("cpu"), pairs, block_steps,
-                                            WARMUP_STEPS)
+    npu_s, cpu_s, ratios = alternate_blocks(
+        side("npu"), side("cpu"), pairs, block_steps, WARMUP_STEPS
+    )
     seconds = {"npu": npu_s, "cpu": cpu_s}
     low, high, confidence = median_interval(ratios)
     words = "AMP bf16 (torch.autocast on both sides)" if amp else "fp32"
     words += ", SGD foreach on both sides" if foreach else ", SGD as torch defaults it"
     judged = not amp and foreach is None
-    return {"what": f"npu / cpu step time: resnet18 {SIZE} px, batch {BATCH}, {words}, NCHW, "
-                    f"{torch.get_num_threads()} threads, blocks of {block_steps} steps",
-            "cpu_ms": 1e3 * statistics.median(seconds["cpu"]),
-            "npu_ms": 1e3 * statistics.median(seconds["npu"]),
-            "ratio": statistics.median(ratios), "interval": [low, high],
-            "confidence": confidence, "pairs": pairs,
-            "goal": f"<= {STEP_GOAL}" if judged else None,
-            "verdict": at_most(low, high, confidence, STEP_GOAL) if judged else "report",
-            "cpu_s": seconds["cpu"], "npu_s": seconds["npu"], "ratios": ratios}
+    return {
+        "what": f"npu / cpu step time: resnet18 {SIZE} px, batch {BATCH}, {words}, NCHW, "
+        f"{torch.get_num_threads()} threads, blocks of {block_steps} steps",
+        "cpu_ms": 1e3 * statistics.median(seconds["cpu"]),
+        "npu_ms": 1e3 * statistics.median(seconds["npu"]),
+        "ratio": statistics.median(ratios),
+        "interval": [low, high],
+        "confidence": confidence,
+        "pairs": pairs,
+        "goal": f"<= {STEP_GOAL}" if judged else None,
+        "verdict": at_most(low, high, confidence, STEP_GOAL) if judged else "report",
+        "cpu_s": seconds["cpu"],
+        "npu_s": seconds["npu"],
+        "ratios": ratios,
+    }
 
 
 def format_table(results):
     m = results["machine"]
-    lines = [f"machine: {m['cpu']} ({m['cpu_family_model']}), {m['cores']} cores used, torch "
-             f"{m['torch']} ({m['torch_cpu_capability']}), Python {m['python']}; "
-             f"{m['when']}; 1-minute load average at start {m['load_average_at_start']:.2f}, "
-             f"after each row " + ", ".join(f"{row['load_average_after']:.2f}"
-                                            for row in results["rows"].values()), "",
-             "Median of the paired figures; interval: its sign-test interval (confidence in "
-             "brackets).", "",
-             "| row | cpu / without | npu / with | median | interval | goal | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"machine: {m['cpu']} ({m['cpu_family_model']}), {m['cores']} cores used, torch "
+        f"{m['torch']} ({m['torch_cpu_capability']}), Python {m['python']}; "
+        f"{m['when']}; 1-minute load average at start {m['load_average_at_start']:.2f}, "
+        f"after each row "
+        + ", ".join(f"{row['load_average_after']:.2f}" for row in results["rows"].values()),
+        "",
+        "Median of the paired figures; interval: its sign-test interval (confidence in brackets).",
+        "",
+        "| row | cpu / without | npu / with | median | interval | goal | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     build, start = results["rows"]["1. build"], results["rows"]["2. start-up"]
-    lines.append(f"| 1. {build['what']} | - | - | {build['median_s']:.1f} s | runs "
-                 f"{', '.join(f'{s:.1f}' for s in build['runs_s'])} s | - | report |")
-    lines.append(f"| 2. {start['what']} | {start['without_median_s']:.3f} s | "
-                 f"{start['with_median_s']:.3f} s | {start['median_s']:+.3f} s | "
-                 f"{start['interval_s'][0]:+.3f} to {start['interval_s'][1]:+.3f} s "
-                 f"({start['pairs']} pairs, {start['confidence']:.1%}) | {start['goal']} | "
-                 f"{start['verdict']} |")
+    lines.append(
+        f"| 1. {build['what']} | - | - | {build['median_s']:.1f} s | runs "
+        f"{', '.join(f'{s:.1f}' for s in build['runs_s'])} s | - | report |"
+    )
+    lines.append(
+        f"| 2. {start['what']} | {start['without_median_s']:.3f} s | "
+        f"{start['with_median_s']:.3f} s | {start['median_s']:+.3f} s | "
+        f"{start['interval_s'][0]:+.3f} to {start['interval_s'][1]:+.3f} s "
+        f"({start['pairs']} pairs, {start['confidence']:.1%}) | {start['goal']} | "
+        f"{start['verdict']} |"
+    )
     for name in STEP_ROWS:
         row = results["rows"][name]
-        lines.append(f"| {name[:2]}. {row['what']} | {row['cpu_ms']:.1f} ms | "
-                     f"{row['npu_ms']:.1f} ms | {row['ratio']:.3f} | {row['interval'][0]:.3f}-"
-                     f"{row['interval'][1]:.3f} ({row['pairs']} pairs, "
-                     f"{row['confidence']:.1%}) | {row['goal'] or '-'} | {row['verdict']} |")
+        lines.append(
+            f"| {name[:2]}. {row['what']} | {row['cpu_ms']:.1f} ms | "
+            f"{row['npu_ms']:.1f} ms | {row['ratio']:.3f} | {row['interval'][0]:.3f}-"
+            f"{row['interval'][1]:.3f} ({row['pairs']} pairs, "
+            f"{row['confidence']:.1%}) | {row['goal'] or '-'} | {row['verdict']} |"
+        )
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--builds", type=int, default=2, choices=(1, 2, 3),
-                        help="cold builds (about 30 s each)")
+    parser.add_argument(
+        "--builds", type=int, default=2, choices=(1, 2, 3), help="cold builds (about 30 s each)"
+    )
     parser.add_argument("--startup-pairs", type=int, default=25)
     parser.add_argument("--step-pairs", type=int, default=60)
     parser.add_argument("--block-steps", type=int, default=5)
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks",
-                                                      "standin_results.json"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "standin_results.json"))
     args = parser.parse_args()
     os.sched_setaffinity(0, [int(core) for core in cores(2).split(",")])
     torch.set_num_threads(2)
-    results = {"machine": cpu_and_versions() | {
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "load_average_at_start": os.getloadavg()[0]}, "rows": {}}
+    results = {
+        "machine": cpu_and_versions()
+        | {
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_average_at_start": os.getloadavg()[0],
+        },
+        "rows": {},
+    }
 
     def record(name, row):  # the JSON after every row: a late failure loses nothing
         results["rows"][name] = row | {"load_average_after": os.getloadavg()[0]}

@@ -14,7 +14,7 @@ def median_interval(values):
     ordered, n = sorted(values), len(values)
 
     def confidence(k):  # P(k-th smallest <= median <= k-th largest) = 1 - 2 P(Bin(n, 1/2) < k)
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
 
     k = 1
     while k < (n + 1) // 2 and confidence(k + 1) >= CONFIDENCE:
@@ -32,7 +32,7 @@ def alternate_blocks(numerator, denominator, pairs, block_steps, warmup):
     top, bottom = [], []
     for index in range(pairs):
         order = ((numerator, top), (denominator, bottom))
-        for side, figures in (order if index % 2 == 0 else order[::-1]):
+        for side, figures in order if index % 2 == 0 else order[::-1]:
             figures.append(side(block_steps))
     return top, bottom, [t / b for t, b in zip(top, bottom)]
 

@@ -31,24 +31,65 @@ if "torch" not in sys.modules:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 from devicekit.accelerator import (  # noqa: E402
-    accelerator_type, backend, current_device, default_ranks_per_node, device, device_count,
-    device_type, empty_cache, is_accelerator, is_available, is_bf16_supported, manual_seed,
-    manual_seed_all, max_memory_allocated, max_memory_reserved, memory_allocated,
-    memory_reserved, pin_memory, reset_peak_memory_stats, set_device, synchronize)
+    accelerator_type,
+    backend,
+    current_device,
+    default_ranks_per_node,
+    device,
+    device_count,
+    device_type,
+    empty_cache,
+    is_accelerator,
+    is_available,
+    is_bf16_supported,
+    manual_seed,
+    manual_seed_all,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    pin_memory,
+    reset_peak_memory_stats,
+    set_device,
+    synchronize,
+)
 from devicekit.amp import (  # noqa: E402
-    GradScaler, amp_dtype, amp_enabled, autocast, prefers_channels_last)
+    GradScaler,
+    amp_dtype,
+    amp_enabled,
+    autocast,
+    prefers_channels_last,
+)
 from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint  # noqa: E402
 from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp  # noqa: E402
 from devicekit.distributed import (  # noqa: E402
-    all_reduce_sum, barrier, destroy_process_group, init_distributed, is_initialized,
-    is_main_process, local_rank, local_world_size, node_rank, rank, world_size)
+    all_reduce_sum,
+    barrier,
+    destroy_process_group,
+    init_distributed,
+    is_initialized,
+    is_main_process,
+    local_rank,
+    local_world_size,
+    node_rank,
+    rank,
+    world_size,
+)
 from devicekit.errors import (  # noqa: E402
-    UsageError, exit_on_usage_error, report_usage_errors, warn)
+    UsageError,
+    exit_on_usage_error,
+    report_usage_errors,
+    warn,
+)
 from devicekit.kinds import register_kind  # noqa: E402
 from devicekit.environments import LaunchContext, LaunchOptions  # noqa: E402
 from devicekit.profiler import profile  # noqa: E402
 from devicekit.processes import (  # noqa: E402
-    RankFailed, die_with_launcher, launch, nprocs_per_node)
+    RankFailed,
+    die_with_launcher,
+    launch,
+    nprocs_per_node,
+)
 from devicekit.seeding import seed_everything  # noqa: E402
 from devicekit.simulate import activate_from_environment  # noqa: E402
 
@@ -68,16 +109,59 @@ die_with_launcher()
 __version__ = "0.3.0"
 
 __all__ = [
-    "GradScaler", "LaunchContext", "LaunchOptions", "RankFailed", "UsageError",
-    "accelerator_type", "all_reduce_sum", "amp_dtype", "amp_enabled", "autocast", "backend",
-    "barrier", "broadcast_buffers", "current_device", "default_ranks_per_node",
-    "destroy_process_group", "device", "device_count", "device_type", "empty_cache",
-    "exit_on_usage_error", "fingerprint", "init_distributed", "is_accelerator",
-    "is_available", "is_bf16_supported", "is_initialized", "is_main_process", "launch",
-    "load_checkpoint", "local_rank", "local_world_size", "manual_seed", "manual_seed_all",
-    "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
-    "no_sync", "node_rank", "nprocs_per_node", "pin_memory", "prefers_channels_last",
-    "profile", "rank", "register_kind", "reset_peak_memory_stats", "save_checkpoint",
-    "seed_everything", "set_device", "synchronize", "unwrap", "warn", "world_size",
+    "GradScaler",
+    "LaunchContext",
+    "LaunchOptions",
+    "RankFailed",
+    "UsageError",
+    "accelerator_type",
+    "all_reduce_sum",
+    "amp_dtype",
+    "amp_enabled",
+    "autocast",
+    "backend",
+    "barrier",
+    "broadcast_buffers",
+    "current_device",
+    "default_ranks_per_node",
+    "destroy_process_group",
+    "device",
+    "device_count",
+    "device_type",
+    "empty_cache",
+    "exit_on_usage_error",
+    "fingerprint",
+    "init_distributed",
+    "is_accelerator",
+    "is_available",
+    "is_bf16_supported",
+    "is_initialized",
+    "is_main_process",
+    "launch",
+    "load_checkpoint",
+    "local_rank",
+    "local_world_size",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "no_sync",
+    "node_rank",
+    "nprocs_per_node",
+    "pin_memory",
+    "prefers_channels_last",
+    "profile",
+    "rank",
+    "register_kind",
+    "reset_peak_memory_stats",
+    "save_checkpoint",
+    "seed_everything",
+    "set_device",
+    "synchronize",
+    "unwrap",
+    "warn",
+    "world_size",
     "wrap_ddp",
 ]

@@ -9,7 +9,8 @@ from devicekit.environments import pop_local_rank
 
 def _parser():
     parser = ArgumentParser(
-        prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu.")
+        prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu."
+    )
     parser.add_argument("--version", action="version", version=f"devicekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -18,26 +19,44 @@ def _parser():
     explain.add_argument("--json", action="store_true", help="print JSON")
 
     count = commands.add_parser(
-        "nproc", help="print how many ranks to start per node here (launch/run_8p.sh uses it)")
+        "nproc", help="print how many ranks to start per node here (launch/run_8p.sh uses it)"
+    )
     count.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
 
     prove = commands.add_parser(
-        "check", help="verify collectives across all ranks and time all_reduce")
+        "check", help="verify collectives across all ranks and time all_reduce"
+    )
     prove.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
-    prove.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=None,
-                       help="ranks to spawn when no launcher started this process "
-                            "(default: the device count; 2 on cpu)")
-    prove.add_argument("--dist-backend", default=None, help="collective backend (default: the kind's)")
-    prove.add_argument("--dist-timeout", type=float, default=None,
-                       help="seconds to wait for ranks and collectives (default 300)")
-    prove.add_argument("--max-bytes", type=int, default=64 << 20,
-                       help="largest all_reduce message timed (default 64 MiB)")
+    prove.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        type=int,
+        default=None,
+        help="ranks to spawn when no launcher started this process "
+        "(default: the device count; 2 on cpu)",
+    )
+    prove.add_argument(
+        "--dist-backend", default=None, help="collective backend (default: the kind's)"
+    )
+    prove.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for ranks and collectives (default 300)",
+    )
+    prove.add_argument(
+        "--max-bytes",
+        type=int,
+        default=64 << 20,
+        help="largest all_reduce message timed (default 64 MiB)",
+    )
     prove.add_argument("--json", action="store_true", help="print JSON")
 
     # Parsed by devicekit.port and devicekit.preflight themselves (see their --help).
     commands.add_parser("port", help="rewrite CUDA-only training scripts to run on every device")
-    commands.add_parser("preflight", help="run a training script here and report what it will "
-                                          "hit on an Ascend NPU")
+    commands.add_parser(
+        "preflight", help="run a training script here and report what it will hit on an Ascend NPU"
+    )
     return parser
 
 

@@ -11,8 +11,12 @@ import torch
 
 from devicekit import kinds, runtime
 
-_MEMORY_STATISTICS = ("memory_allocated", "max_memory_allocated", "memory_reserved",
-                      "max_memory_reserved")
+_MEMORY_STATISTICS = (
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+)
 
 
 def device(index: Optional[int] = None) -> torch.device:

@@ -37,12 +37,18 @@ def autocast(enabled: Optional[bool] = None, dtype: DType = None) -> torch.autoc
     device's low-precision type: float16 on GPUs and NPUs, bfloat16 on CPUs.
     """
     kind = runtime.kind()
-    return torch.autocast(device_type=kind.autocast_device_type, dtype=kind.amp_dtype(dtype),
-                          enabled=amp_enabled(enabled))
+    return torch.autocast(
+        device_type=kind.autocast_device_type,
+        dtype=kind.amp_dtype(dtype),
+        enabled=amp_enabled(enabled),
+    )
 
 
-def GradScaler(enabled: Optional[bool] = None, dtype: DType = None,  # noqa: N802 (torch's name)
-               **kwargs) -> torch.amp.GradScaler:
+def GradScaler(
+    enabled: Optional[bool] = None,
+    dtype: DType = None,  # noqa: N802 (torch's name)
+    **kwargs,
+) -> torch.amp.GradScaler:
     """A torch.amp.GradScaler for this device that scales the loss only when mixed
     precision is on (`enabled`, default: the device's) in float16: bfloat16 and float32
     keep fp32's exponent range and need no loss scaling. Otherwise it is a no-op scaler:

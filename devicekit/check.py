@@ -86,13 +86,15 @@ def _measure(ctx, device, max_bytes):
         for _ in range(iters):
             dist.all_reduce(tensor)
         devicekit.synchronize()
-        elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float32,
-                               device=device)
+        elapsed = torch.tensor(
+            [(time.perf_counter() - start) / iters], dtype=torch.float32, device=device
+        )
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         seconds = float(elapsed.item())
         algbw, busbw = bus_bandwidth(nbytes, seconds, ctx.world_size)
-        rows.append({"bytes": nbytes, "time_us": seconds * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": busbw})
+        rows.append(
+            {"bytes": nbytes, "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": busbw}
+        )
     return rows
 
 
@@ -101,17 +103,30 @@ def run_rank(ctx, max_bytes=64 << 20, as_json=False):
     result right."""
     device = devicekit.device()
     results = _verify(ctx, device)
-    mine = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(),
-            "device": str(device), "ok": all(results.values()),
-            "failed": sorted(name for name, ok in results.items() if not ok)}
+    mine = {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "host": socket.gethostname(),
+        "device": str(device),
+        "ok": all(results.values()),
+        "failed": sorted(name for name, ok in results.items() if not ok),
+    }
     everyone = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
     all_ok = all(entry["ok"] for entry in everyone)
     bandwidth = _measure(ctx, device, max_bytes) if all_ok else []
     if ctx.is_main:
-        report = {"ok": all_ok, "device": devicekit.device_type(), "backend": dist.get_backend(),
-                  "launcher": ctx.mode, "world_size": ctx.world_size, "nnodes": ctx.nnodes,
-                  "checks": sorted(results), "ranks": everyone, "bandwidth": bandwidth}
+        report = {
+            "ok": all_ok,
+            "device": devicekit.device_type(),
+            "backend": dist.get_backend(),
+            "launcher": ctx.mode,
+            "world_size": ctx.world_size,
+            "nnodes": ctx.nnodes,
+            "checks": sorted(results),
+            "ranks": everyone,
+            "bandwidth": bandwidth,
+        }
         print(json.dumps(report, indent=2) if as_json else format_report(report), flush=True)
     return all_ok
 
@@ -119,19 +134,25 @@ def run_rank(ctx, max_bytes=64 << 20, as_json=False):
 def format_report(report):
     """The human-readable summary rank 0 prints."""
     verdict = "OK" if report["ok"] else "FAILED"
-    lines = [f"devicekit check: {verdict}: {report['world_size']} ranks on {report['nnodes']} "
-             f"node(s), launcher {report['launcher']}, device {report['device']}, backend "
-             f"{report['backend']}",
-             f"  checked on every rank: {', '.join(report['checks'])}"]
+    lines = [
+        f"devicekit check: {verdict}: {report['world_size']} ranks on {report['nnodes']} "
+        f"node(s), launcher {report['launcher']}, device {report['device']}, backend "
+        f"{report['backend']}",
+        f"  checked on every rank: {', '.join(report['checks'])}",
+    ]
     for entry in report["ranks"]:
         state = "ok" if entry["ok"] else "WRONG: " + ", ".join(entry["failed"])
-        lines.append(f"  rank {entry['rank']:>3} (local {entry['local_rank']}) {entry['host']} "
-                     f"{entry['device']}: {state}")
+        lines.append(
+            f"  rank {entry['rank']:>3} (local {entry['local_rank']}) {entry['host']} "
+            f"{entry['device']}: {state}"
+        )
     if report["bandwidth"]:
         lines.append(f"  {'size':>10} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
         for row in report["bandwidth"]:
-            lines.append(f"  {_human_bytes(row['bytes']):>10} {row['time_us']:>12.1f} "
-                         f"{row['algbw_gbps']:>13.3f} {row['busbw_gbps']:>13.3f}")
+            lines.append(
+                f"  {_human_bytes(row['bytes']):>10} {row['time_us']:>12.1f} "
+                f"{row['algbw_gbps']:>13.3f} {row['busbw_gbps']:>13.3f}"
+            )
     return "\n".join(lines)
 
 
@@ -144,32 +165,46 @@ def _human_bytes(nbytes):
 
 
 def _rank_main(local_rank, args):
-    ctx = devicekit.init_distributed(args.dist_backend, timeout=args.dist_timeout,
-                                     options=LaunchOptions(local_rank=args.local_rank, cli=True))
+    ctx = devicekit.init_distributed(
+        args.dist_backend,
+        timeout=args.dist_timeout,
+        options=LaunchOptions(local_rank=args.local_rank, cli=True),
+    )
     if ctx.world_size < 2:
         raise UsageError(
             "devicekit check needs at least 2 ranks: start it under a launcher with 2 or "
-            "more, or pass --nproc-per-node 2 (or more) to let it spawn them")
+            "more, or pass --nproc-per-node 2 (or more) to let it spawn them"
+        )
     if not run_rank(ctx, args.max_bytes, args.json):
         sys.exit(EXIT_DISAGREE)
 
 
 def main(args):
     """Entry point for `devicekit check` with parsed `args`; returns the exit code."""
-    options = LaunchOptions(local_rank=args.local_rank, nproc_per_node=args.nproc_per_node,
-                            multiprocessing_distributed=True, cli=True)
+    options = LaunchOptions(
+        local_rank=args.local_rank,
+        nproc_per_node=args.nproc_per_node,
+        multiprocessing_distributed=True,
+        cli=True,
+    )
     runtime.kind(args.device, source="--device")
     timeout_seconds(args.dist_timeout, "--dist-timeout")
     if not MIN_MESSAGE <= args.max_bytes <= MAX_MESSAGE:
-        raise UsageError(f"--max-bytes {args.max_bytes} is not a message size to time: use "
-                         f"{MIN_MESSAGE} to {MAX_MESSAGE} ({MAX_MESSAGE >> 30} GiB)")
+        raise UsageError(
+            f"--max-bytes {args.max_bytes} is not a message size to time: use "
+            f"{MIN_MESSAGE} to {MAX_MESSAGE} ({MAX_MESSAGE >> 30} GiB)"
+        )
     if launcher_of() is not None or args.local_rank is not None:
         if args.nproc_per_node is not None:
-            raise UsageError("--nproc-per-node is for starting ranks without a launcher; "
-                             "this process was started by one: drop --nproc-per-node")
+            raise UsageError(
+                "--nproc-per-node is for starting ranks without a launcher; "
+                "this process was started by one: drop --nproc-per-node"
+            )
         options = dataclasses.replace(options, multiprocessing_distributed=False)
     elif devicekit.nprocs_per_node(options=options) < 2:
-        raise UsageError(f"devicekit check needs at least 2 ranks and {devicekit.device_type()} "
-                         "gives 1 here: pass --nproc-per-node 2 or more")
+        raise UsageError(
+            f"devicekit check needs at least 2 ranks and {devicekit.device_type()} "
+            "gives 1 here: pass --nproc-per-node 2 or more"
+        )
     devicekit.launch(_rank_main, args=(args,), options=options)
     return 0

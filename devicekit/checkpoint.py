@@ -29,7 +29,7 @@ PREFIX = "module."
 def strip_prefix(state_dict, prefix=PREFIX):
     """The state_dict without DDP's `module.` prefix on every key (if all keys carry it)."""
     if state_dict and all(isinstance(key, str) and key.startswith(prefix) for key in state_dict):
-        return {key[len(prefix):]: value for key, value in state_dict.items()}
+        return {key[len(prefix) :]: value for key, value in state_dict.items()}
     return dict(state_dict)
 
 
@@ -79,7 +79,9 @@ def on_cpu(obj, _copies=None):
     return obj
 
 
-def load_checkpoint(path: Union[str, os.PathLike], map_location: Union[str, torch.device, None] = None) -> Any:
+def load_checkpoint(
+    path: Union[str, os.PathLike], map_location: Union[str, torch.device, None] = None
+) -> Any:
     """Load a checkpoint with weights_only=True (a file that would run code is refused)
     onto `map_location` (default: this rank's device), with `module.` prefixes stripped.
     A missing, truncated or unsafe file raises UsageError saying which and why."""
@@ -172,21 +174,26 @@ def load(path, what="checkpoint", map_location="cpu"):
                 # e.g. "Unsupported operand 216": random bytes or a non-torch.save pickle.
                 raise UsageError(
                     f"{what} {path!r} is corrupt or not written by torch.save (weights_only=True "
-                    f"unpickling failed: {reason}): use an intact copy") from None
+                    f"unpickling failed: {reason}): use an intact copy"
+                ) from None
             raise UsageError(
                 f"{what} {path!r} holds objects other than tensors and plain values, which "
                 "could run code when loaded; refusing it (weights_only=True: "
-                f"{reason}). Re-save it as a plain state_dict from a trusted source") from None
+                f"{reason}). Re-save it as a plain state_dict from a trusted source"
+            ) from None
         first = _first_sentence(str(error).replace("\n", " ")) or type(error).__name__
         raise UsageError(f"{what} {path!r} is corrupt ({first}): use an intact copy") from None
     except IsADirectoryError:
         raise UsageError(f"{what} {path!r} is a directory: pass the checkpoint file") from None
     except PermissionError:
-        raise UsageError(f"{what} {path!r} cannot be read (permission denied): check its "
-                         "permissions") from None
+        raise UsageError(
+            f"{what} {path!r} cannot be read (permission denied): check its permissions"
+        ) from None
     except MemoryError:
-        raise UsageError(f"{what} {path!r} claims more memory than this machine has: it is "
-                         "corrupt, or load it on a machine with more memory") from None
+        raise UsageError(
+            f"{what} {path!r} claims more memory than this machine has: it is "
+            "corrupt, or load it on a machine with more memory"
+        ) from None
     except Exception as error:  # noqa: BLE001 - any failure to unpickle a file is the file's
         # Text, JSON or random bytes take torch's legacy (pre-zip) path, whose unpickler fails
         # with whatever the bytes happen to spell: KeyError, IndexError, struct.error, ...
@@ -195,40 +202,60 @@ def load(path, what="checkpoint", map_location="cpu"):
             first = f"{type(error).__name__}: {first}" if first else type(error).__name__
         raise UsageError(
             f"{what} {path!r} is truncated or not a PyTorch checkpoint ({first}): use an intact "
-            "copy, e.g. the previous checkpoint.pth.tar") from None
+            "copy, e.g. the previous checkpoint.pth.tar"
+        ) from None
 
 
 def load_state_dict_into(model, state_dict, source):
     """Load `state_dict` (prefix stripped) into `model`; a mismatch is a UsageError."""
     if not isinstance(state_dict, dict):
-        raise UsageError(f"{source} holds a {type(state_dict).__name__}, not a state_dict (a "
-                         "mapping of parameter names to tensors): pass a model's weights")
-    strange = next((key for key, value in state_dict.items()
-                    if not isinstance(key, str) or not isinstance(value, torch.Tensor)), None)
+        raise UsageError(
+            f"{source} holds a {type(state_dict).__name__}, not a state_dict (a "
+            "mapping of parameter names to tensors): pass a model's weights"
+        )
+    strange = next(
+        (
+            key
+            for key, value in state_dict.items()
+            if not isinstance(key, str) or not isinstance(value, torch.Tensor)
+        ),
+        None,
+    )
     if strange is not None:
-        raise UsageError(f"{source} is not a state_dict: its entry {strange!r:.60} is a "
-                         f"{type(state_dict[strange]).__name__}, not a tensor; pass a model's "
-                         "weights")
+        raise UsageError(
+            f"{source} is not a state_dict: its entry {strange!r:.60} is a "
+            f"{type(state_dict[strange]).__name__}, not a tensor; pass a model's "
+            "weights"
+        )
     state_dict = strip_prefix(state_dict)
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
-    wrong_shape = sorted(key for key in set(own) & set(state_dict)
-                         if tuple(own[key].shape) != tuple(state_dict[key].shape))
+    wrong_shape = sorted(
+        key
+        for key in set(own) & set(state_dict)
+        if tuple(own[key].shape) != tuple(state_dict[key].shape)
+    )
     if missing or unexpected or wrong_shape:
         details = []
-        for label, keys in (("missing", missing), ("unexpected", unexpected),
-                            ("wrong shape", wrong_shape)):
+        for label, keys in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("wrong shape", wrong_shape),
+        ):
             if keys:
                 details.append(f"{len(keys)} {label} (e.g. {keys[0]})")
-        raise UsageError(f"{source} does not fit this model: {', '.join(details)}; check --arch "
-                         "and --num-classes")
+        raise UsageError(
+            f"{source} does not fit this model: {', '.join(details)}; check --arch "
+            "and --num-classes"
+        )
     try:
         model.load_state_dict(state_dict)
     except RuntimeError as error:  # e.g. a sparse, complex or meta tensor in a weight's place
         reason = str(error).strip().splitlines()[-1].strip()[:120]
-        raise UsageError(f"{source} holds tensors this model cannot take ({reason}): pass a "
-                         "model's weights") from None
+        raise UsageError(
+            f"{source} holds tensors this model cannot take ({reason}): pass a model's weights"
+        ) from None
 
 
 def fingerprint(model: torch.nn.Module) -> str:
@@ -237,5 +264,7 @@ def fingerprint(model: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for key, tensor in unwrap(model).state_dict().items():
         digest.update(key.encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(
+            tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        )
     return digest.hexdigest()[:16]

@@ -19,8 +19,10 @@ def broadcast_buffers(module, src=0):
         dist.broadcast(buffer, src)
 
 
-_DDP_ACCEPTS_FORWARD_SYNC = "forward_sync_buffers" in \
-    torch.nn.parallel.DistributedDataParallel.__init__.__code__.co_varnames
+_DDP_ACCEPTS_FORWARD_SYNC = (
+    "forward_sync_buffers"
+    in torch.nn.parallel.DistributedDataParallel.__init__.__code__.co_varnames
+)
 
 
 def wrap_ddp(model: torch.nn.Module, **ddp_kwargs) -> torch.nn.parallel.DistributedDataParallel:
@@ -33,21 +35,22 @@ def wrap_ddp(model: torch.nn.Module, **ddp_kwargs) -> torch.nn.parallel.Distribu
     arguments go to DistributedDataParallel unchanged.
     """
     if not dist.is_initialized():
-        raise UsageError("wrap_ddp() needs the process group: call devicekit.init_distributed() "
-                         "first")
+        raise UsageError(
+            "wrap_ddp() needs the process group: call devicekit.init_distributed() first"
+        )
     kind, ctx = runtime.kind(), runtime.context()
     ddp_kwargs.setdefault("gradient_as_bucket_view", True)
     if _DDP_ACCEPTS_FORWARD_SYNC and "broadcast_buffers" in ddp_kwargs:
         ddp_kwargs.setdefault("forward_sync_buffers", ddp_kwargs.pop("broadcast_buffers"))
     return torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=kind.ddp_device_ids(ctx.device_index), **ddp_kwargs)
+        model, device_ids=kind.ddp_device_ids(ctx.device_index), **ddp_kwargs
+    )
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module inside DistributedDataParallel, DataParallel and torch.compile wrappers."""
     while True:
-        if isinstance(model, (torch.nn.parallel.DistributedDataParallel,
-                              torch.nn.DataParallel)):
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
             model = model.module
         elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, torch.nn.Module):
             model = model._orig_mod  # torch.compile's OptimizedModule

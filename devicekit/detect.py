@@ -18,8 +18,11 @@ def _label(source, choice):
     return f"{source}={choice!r}"
 
 
-def resolve_kind(requested: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-                 source: str = "device_type") -> DeviceKind:
+def resolve_kind(
+    requested: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    source: str = "device_type",
+) -> DeviceKind:
     """Return the DeviceKind to run on.
 
     `requested` is a kind name, an alias ("gpu") or "auto"/None; `source` is what the

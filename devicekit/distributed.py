@@ -54,12 +54,17 @@ def timeout_seconds(timeout, name="timeout"):
     return seconds
 
 
-def init_distributed(backend: Optional[str] = None, *, init_method: Optional[str] = None,
-                     rank: Optional[int] = None, world_size: Optional[int] = None,
-                     local_rank: Optional[int] = None,
-                     timeout: Union[float, datetime.timedelta, None] = None,
-                     device_type: Optional[str] = None,
-                     options: Optional[LaunchOptions] = None) -> LaunchContext:
+def init_distributed(
+    backend: Optional[str] = None,
+    *,
+    init_method: Optional[str] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    local_rank: Optional[int] = None,
+    timeout: Union[float, datetime.timedelta, None] = None,
+    device_type: Optional[str] = None,
+    options: Optional[LaunchOptions] = None,
+) -> LaunchContext:
     """Bind this rank's device, size its CPU threads and join the process group.
 
     Works under every launcher, inside `devicekit.launch()`, and in a script's own
@@ -70,12 +75,14 @@ def init_distributed(backend: Optional[str] = None, *, init_method: Optional[str
     300) bounds the wait for every rank. Calling it again returns the same context.
     Returns the LaunchContext: rank, world size, local rank, node, master.
     """
-    options = options or LaunchOptions(rank=rank, world_size=world_size, local_rank=local_rank,
-                                       dist_url=init_method)
+    options = options or LaunchOptions(
+        rank=rank, world_size=world_size, local_rank=local_rank, dist_url=init_method
+    )
     kind = runtime.kind(device_type, source="--device" if options.cli else "device_type")
     timeout_s = timeout_seconds(timeout, "--dist-timeout" if options.cli else "timeout")
-    timeout_label = (f"--dist-timeout {timeout_s:g}s" if options.cli
-                     else f"the timeout of {timeout_s:g}s")
+    timeout_label = (
+        f"--dist-timeout {timeout_s:g}s" if options.cli else f"the timeout of {timeout_s:g}s"
+    )
     if dist.is_available() and dist.is_initialized():
         return _adopt_existing_group(kind)
     if runtime.has_context():
@@ -103,7 +110,8 @@ def _adopt_existing_group(kind):
             f"a process group already exists (rank {dist.get_rank()} of "
             f"{dist.get_world_size()}) that disagrees with this process's launcher (rank "
             f"{ctx.rank} of {ctx.world_size}): call init_distributed() instead of "
-            "torch.distributed.init_process_group(), not both")
+            "torch.distributed.init_process_group(), not both"
+        )
     return ctx
 
 
@@ -116,8 +124,9 @@ def _join(ctx, kind, backend, timeout_s, timeout_label):
     atexit.register(destroy_process_group)
     if not ctx.distributed:
         # A group of one needs no network: an in-process store.
-        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout)
+        dist.init_process_group(
+            backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+        )
         return
     kind.prepare_process_group(timeout_s, os.environ)
     if backend == "gloo" and ctx.nnodes > 1 and "GLOO_SOCKET_IFNAME" not in os.environ:
@@ -131,9 +140,14 @@ def _join(ctx, kind, backend, timeout_s, timeout_label):
             store = None  # an agent that serves no store: env:// makes rank 0 serve one
         else:
             store = rendezvous.rendezvous(ctx, timeout_s, timeout_label)
-        dist.init_process_group(backend=backend, store=store, rank=ctx.rank,
-                                world_size=ctx.world_size, timeout=timeout,
-                                init_method="env://" if store is None else None)
+        dist.init_process_group(
+            backend=backend,
+            store=store,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            timeout=timeout,
+            init_method="env://" if store is None else None,
+        )
     except (RuntimeError, ValueError) as error:
         raise rendezvous.explain_setup_error(error, ctx, timeout_label) from None
 
@@ -157,6 +171,7 @@ def destroy_process_group():
 
 
 # -- who this rank is -------------------------------------------------------------------
+
 
 def rank() -> int:
     """This process's global rank (0 in a single process)."""
@@ -189,6 +204,7 @@ def is_main_process() -> bool:
 
 
 # -- collectives and DDP ----------------------------------------------------------------
+
 
 def barrier():
     """Wait for every rank (no-op without a process group)."""

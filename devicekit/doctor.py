@@ -16,8 +16,14 @@ from devicekit.kinds.npu import CANN_SET_ENV, cann_install, torch_npu_matches, t
 from devicekit.environments import LaunchOptions, resolve_launch
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
-HCCL_VARS = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME",
-             "HCCL_WHITELIST_DISABLE", "RANK_TABLE_FILE")
+HCCL_VARS = (
+    "HCCL_CONNECT_TIMEOUT",
+    "HCCL_EXEC_TIMEOUT",
+    "HCCL_IF_IP",
+    "HCCL_SOCKET_IFNAME",
+    "HCCL_WHITELIST_DISABLE",
+    "RANK_TABLE_FILE",
+)
 SHM_PATH = "/dev/shm"
 # DataLoader workers hand batches over in shared memory; Docker's default of 64 MiB is
 # exhausted by a few ImageNet batches, and the workers then die with "bus error".
@@ -32,12 +38,19 @@ def _npu_status():
     if version is None and npu.is_registered():
         # Something other than the torch_npu package registered torch.npu: say what.
         module = torch.get_device_module("npu")
-        return {"state": "not installed, torch.npu registered", "version": None,
-                "matches_torch": None, "detail": f"torch.npu comes from {module.__name__}: "
-                          f"{module.get_device_name()}"}
+        return {
+            "state": "not installed, torch.npu registered",
+            "version": None,
+            "matches_torch": None,
+            "detail": f"torch.npu comes from {module.__name__}: {module.get_device_name()}",
+        }
     if version is None and not npu.is_installed():
-        return {"state": "not installed", "version": None, "matches_torch": None,
-                "detail": npu.load_state()[1]}
+        return {
+            "state": "not installed",
+            "version": None,
+            "matches_torch": None,
+            "detail": npu.load_state()[1],
+        }
     state, reason = npu.load_state()
     return {"state": state, "version": version, "matches_torch": matches, "detail": reason}
 
@@ -85,15 +98,19 @@ def _warnings(info):
     npu = info["torch_npu"]
     if npu["matches_torch"] is False:
         torch_release = torch.__version__.split("+")[0]
-        found.append(f"torch_npu {npu['version']} does not match torch {info['torch']}: "
-                     f"torch-npu pairs with the same torch release; pip install "
-                     f"torch-npu=={torch_release}")
+        found.append(
+            f"torch_npu {npu['version']} does not match torch {info['torch']}: "
+            f"torch-npu pairs with the same torch release; pip install "
+            f"torch-npu=={torch_release}"
+        )
     shm = info["shm_bytes"]
     if shm is not None and shm < SHM_WARN_BYTES:
-        found.append(f"{SHM_PATH} is {_human_bytes(shm)}: DataLoader workers die with \"bus "
-                     f"error\" when it fills; give it {_human_bytes(SHM_WARN_BYTES)} or more "
-                     "(docker run --shm-size=8g; Kubernetes: an emptyDir of medium Memory at "
-                     "/dev/shm) or use --workers 0")
+        found.append(
+            f'{SHM_PATH} is {_human_bytes(shm)}: DataLoader workers die with "bus '
+            f'error" when it fills; give it {_human_bytes(SHM_WARN_BYTES)} or more '
+            "(docker run --shm-size=8g; Kubernetes: an emptyDir of medium Memory at "
+            "/dev/shm) or use --workers 0"
+        )
     return found
 
 
@@ -153,9 +170,14 @@ def format_report(info):
     if npu["state"] not in ("ok", "not installed"):
         lines.append(f"             {npu['detail']}")
     install = info["cann_install"]
-    lines.append("CANN         " + (f"{install['version']} at {install['path']} (found by "
-                                    f"{install['found_by']})" if install["version"]
-                                    else "not found"))
+    lines.append(
+        "CANN         "
+        + (
+            f"{install['version']} at {install['path']} (found by {install['found_by']})"
+            if install["version"]
+            else "not found"
+        )
+    )
     cann = {k: v for k, v in info["cann"].items() if v}
     lines.append(f"CANN vars    {', '.join(f'{k}={v}' for k, v in cann.items()) or 'not sourced'}")
     hccl = {k: v for k, v in info["hccl"].items() if v}
@@ -166,8 +188,10 @@ def format_report(info):
         lines.append(f"{var:<26} {entry['value'] if entry['value'] is not None else 'unset'}")
     lines.append(f"requested    {info['requested_device']}")
     if "device" in info:
-        lines.append(f"chosen       {info['device']} with backend {info['backend']}, "
-                     f"{info['devices_per_node']} device(s) per node")
+        lines.append(
+            f"chosen       {info['device']} with backend {info['backend']}, "
+            f"{info['devices_per_node']} device(s) per node"
+        )
     read = ", ".join(f"{k}={v}" for k, v in info["launch_environment"].items())
     lines.append(f"launcher     {info['launcher']}" + (f", from {read}" if read else ""))
     if "launch_context" in info:

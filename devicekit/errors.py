@@ -27,8 +27,10 @@ class UsageError(Exception):
 
 def one_line(text: str) -> str:
     """`text` with every character that is not printable (other than a space) escaped."""
-    return "".join(char if char.isprintable() or char == " " else
-                   char.encode("unicode_escape").decode("ascii") for char in text)
+    return "".join(
+        char if char.isprintable() or char == " " else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
 
 
 def warn(message):
@@ -73,6 +75,5 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         command = f"python {self.prog}" if self.prog.endswith(".py") else self.prog
-        print(f"error: {one_line(message)} (see: {command} --help)", file=sys.stderr,
-              flush=True)
+        print(f"error: {one_line(message)} (see: {command} --help)", file=sys.stderr, flush=True)
         sys.exit(EXIT_USAGE)

@@ -25,8 +25,9 @@ def interface_with_address(address):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _, name in socket.if_nameindex():
             try:
-                packed = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR,
-                                     struct.pack("256s", name.encode()[:15]))
+                packed = fcntl.ioctl(
+                    sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15])
+                )
             except OSError:
                 continue
             if socket.inet_ntoa(packed[20:24]) == address:

@@ -49,8 +49,14 @@ class RankFailed(SystemExit):
 
 
 @exit_on_usage_error
-def launch(fn: Callable, args: Sequence = (), nprocs: Optional[int] = None, *,
-           device_type: Optional[str] = None, options: Optional[LaunchOptions] = None):
+def launch(
+    fn: Callable,
+    args: Sequence = (),
+    nprocs: Optional[int] = None,
+    *,
+    device_type: Optional[str] = None,
+    options: Optional[LaunchOptions] = None,
+):
     """Run `fn(local_rank, *args)` once per rank of this node.
 
     When a launcher started this process, `fn` runs once, here. Otherwise `nprocs` ranks
@@ -67,8 +73,9 @@ def launch(fn: Callable, args: Sequence = (), nprocs: Optional[int] = None, *,
     if _runs_here(nprocs, options):
         return _run_here(fn, args, runtime.context(options))
     nprocs = _nprocs(nprocs, options)
-    parent = runtime.resolve_context(dataclasses.replace(
-        options, multiprocessing_distributed=True, nproc_per_node=nprocs))
+    parent = runtime.resolve_context(
+        dataclasses.replace(options, multiprocessing_distributed=True, nproc_per_node=nprocs)
+    )
     if parent.local_world_size == 1:
         runtime.adopt(kind, parent.for_spawned_rank(0))
         return _run_here(fn, args, runtime.context())
@@ -76,8 +83,9 @@ def launch(fn: Callable, args: Sequence = (), nprocs: Optional[int] = None, *,
     return None
 
 
-def nprocs_per_node(nprocs: Optional[int] = None, *,
-                    options: Optional[LaunchOptions] = None) -> int:
+def nprocs_per_node(
+    nprocs: Optional[int] = None, *, options: Optional[LaunchOptions] = None
+) -> int:
     """How many ranks `launch(fn, nprocs=nprocs, options=options)` runs on this node: the
     launcher's count when a launcher started this process, else what launch() would
     start. For per-node decisions made once, before launch() (a batch split, say)."""
@@ -177,10 +185,15 @@ def _child(index, fn, args, parent, kind_name, failures):
 
 def _rank_environ(ctx: LaunchContext):
     """The variables torchrun gives a worker, for code that reads them (or env://)."""
-    return {"RANK": str(ctx.rank), "LOCAL_RANK": str(ctx.local_rank),
-            "WORLD_SIZE": str(ctx.world_size), "LOCAL_WORLD_SIZE": str(ctx.local_world_size),
-            "GROUP_RANK": str(ctx.node_rank), "MASTER_ADDR": ctx.master_addr,
-            "MASTER_PORT": str(ctx.master_port)}
+    return {
+        "RANK": str(ctx.rank),
+        "LOCAL_RANK": str(ctx.local_rank),
+        "WORLD_SIZE": str(ctx.world_size),
+        "LOCAL_WORLD_SIZE": str(ctx.local_world_size),
+        "GROUP_RANK": str(ctx.node_rank),
+        "MASTER_ADDR": ctx.master_addr,
+        "MASTER_PORT": str(ctx.master_port),
+    }
 
 
 def _supervise(fn, args, parent, kind):
@@ -188,16 +201,22 @@ def _supervise(fn, args, parent, kind):
     # A failing rank notes when it failed in a file here (no shared memory: handing its
     # descriptor to a child that is then killed makes multiprocessing print a traceback).
     failures = tempfile.mkdtemp(prefix="devicekit-launch-")
-    procs = [context.Process(target=_child, args=(i, fn, args, parent, kind.name, failures),
-                             daemon=False)
-             for i in range(parent.local_world_size)]
+    procs = [
+        context.Process(
+            target=_child, args=(i, fn, args, parent, kind.name, failures), daemon=False
+        )
+        for i in range(parent.local_world_size)
+    ]
     previous = {}
 
     def on_signal(signum, frame):
         _stop(procs)
         name = signal.Signals(signum).name
-        print(f"devicekit: {name} received: stopped all {len(procs)} ranks", file=sys.stderr,
-              flush=True)
+        print(
+            f"devicekit: {name} received: stopped all {len(procs)} ranks",
+            file=sys.stderr,
+            flush=True,
+        )
         raise SystemExit(128 + signum)
 
     if threading.current_thread() is threading.main_thread():
@@ -232,8 +251,7 @@ def _first_failure(procs, failures):
         if name.isdigit():
             with open(os.path.join(failures, name), encoding="ascii") as stamp:
                 failed_at[int(name)] = float(stamp.read())
-    failed = [i for i, proc in enumerate(procs)
-              if proc.exitcode not in (None, 0) or i in failed_at]
+    failed = [i for i, proc in enumerate(procs) if proc.exitcode not in (None, 0) or i in failed_at]
     killed = [i for i in failed if (procs[i].exitcode or 0) < 0 and i not in failed_at]
     return killed[0] if killed else min(failed, key=lambda i: failed_at.get(i, float("inf")))
 
@@ -244,8 +262,12 @@ def _failure(index, code):
     elif code == EXIT_USAGE:
         return RankFailed(index, code, "stopped on a usage error (above)")
     else:
-        failure = RankFailed(index, code, f"exited with code {code}" + (
-            " (an uncaught exception, traceback above)" if code == 1 else ""))
+        failure = RankFailed(
+            index,
+            code,
+            f"exited with code {code}"
+            + (" (an uncaught exception, traceback above)" if code == 1 else ""),
+        )
     print(f"error: {failure}", file=sys.stderr, flush=True)
     return failure
 

@@ -20,13 +20,22 @@ def agent_store(ctx, timeout_s, timeout_label):
     """The store torchrun's agent serves, under a prefix for this restart: torchrun keeps
     one store across --max-restarts, and a restarted rank could otherwise read a peer's
     address left there by the attempt before (gloo then fails, "Connection refused")."""
-    done, store = _bounded(timeout_s + STORE_MARGIN_S, lambda: dist.TCPStore(
-        ctx.master_addr, ctx.master_port, ctx.world_size, is_master=False,
-        timeout=datetime.timedelta(seconds=timeout_s)))
+    done, store = _bounded(
+        timeout_s + STORE_MARGIN_S,
+        lambda: dist.TCPStore(
+            ctx.master_addr,
+            ctx.master_port,
+            ctx.world_size,
+            is_master=False,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        ),
+    )
     if not done:
-        raise UsageError(f"rank {ctx.rank}: the launcher's store at {ctx.master_addr}:"
-                         f"{ctx.master_port} did not answer within {timeout_label} "
-                         f"(+{STORE_MARGIN_S:g}s)")
+        raise UsageError(
+            f"rank {ctx.rank}: the launcher's store at {ctx.master_addr}:"
+            f"{ctx.master_port} did not answer within {timeout_label} "
+            f"(+{STORE_MARGIN_S:g}s)"
+        )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"devicekit/attempt{attempt}", store)
 
@@ -56,15 +65,18 @@ def _bounded(seconds, call):
 def _resolve_master(ctx, timeout_s, timeout_label):
     """Fail in one line when the master's host name does not resolve (in bounded time)."""
     try:
-        done, _ = _bounded(timeout_s, lambda: socket.getaddrinfo(ctx.master_addr,
-                                                                ctx.master_port))
+        done, _ = _bounded(timeout_s, lambda: socket.getaddrinfo(ctx.master_addr, ctx.master_port))
     except OSError as error:
-        raise UsageError(f"the master address {ctx.master_addr!r} does not resolve "
-                         f"({error.strerror or error}): set MASTER_ADDR (or --addr) to node 0's "
-                         "host name or IP address") from None
+        raise UsageError(
+            f"the master address {ctx.master_addr!r} does not resolve "
+            f"({error.strerror or error}): set MASTER_ADDR (or --addr) to node 0's "
+            "host name or IP address"
+        ) from None
     if not done:
-        raise UsageError(f"looking up the master address {ctx.master_addr!r} took longer than "
-                         f"{timeout_label}: check MASTER_ADDR and this host's DNS")
+        raise UsageError(
+            f"looking up the master address {ctx.master_addr!r} took longer than "
+            f"{timeout_label}: check MASTER_ADDR and this host's DNS"
+        )
 
 
 def rendezvous(ctx, timeout_s, timeout_label):
@@ -74,25 +86,36 @@ def rendezvous(ctx, timeout_s, timeout_label):
     _resolve_master(ctx, timeout_s, timeout_label)
     where = f"{ctx.master_addr}:{ctx.master_port}"
     try:
-        done, store = _bounded(timeout_s + STORE_MARGIN_S, lambda: dist.TCPStore(
-            ctx.master_addr, ctx.master_port, ctx.world_size, is_master=ctx.rank == 0,
-            timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False))
+        done, store = _bounded(
+            timeout_s + STORE_MARGIN_S,
+            lambda: dist.TCPStore(
+                ctx.master_addr,
+                ctx.master_port,
+                ctx.world_size,
+                is_master=ctx.rank == 0,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+            ),
+        )
     except (RuntimeError, ValueError) as error:
         if ctx.rank == 0 and _is_address_in_use(error) and _rank_zero_listens(ctx):
             raise UsageError(
                 f"two processes claim rank 0: another one already serves this run's "
                 f"rendezvous at {where}; give every process its own rank (RANK/--rank), or "
-                "stop the previous run") from None
+                "stop the previous run"
+            ) from None
         raise
     if not done:
         raise UsageError(
             f"rank {ctx.rank}: something listens at {where} but did not answer as a torch "
             f"store within {timeout_label} (+{STORE_MARGIN_S:g}s): MASTER_PORT belongs to "
-            "another service? Choose a free port for MASTER_PORT on node 0")
+            "another service? Choose a free port for MASTER_PORT on node 0"
+        )
     if store.add(f"devicekit/claims/{ctx.rank}", 1) > 1:
         raise UsageError(
             f"two processes claim rank {ctx.rank} at {ctx.master_addr}:{ctx.master_port}: "
-            "give every process its own rank (RANK/--rank)")
+            "give every process its own rank (RANK/--rank)"
+        )
     if ctx.rank == 0:
         deadline = time.monotonic() + timeout_s
         keys = [f"devicekit/claims/{rank}" for rank in range(ctx.world_size)]
@@ -104,7 +127,8 @@ def rendezvous(ctx, timeout_s, timeout_label):
                     f"rank(s) {', '.join(map(str, missing))} of {ctx.world_size} did not join "
                     f"at {where} within {timeout_label}: start every rank (same "
                     "MASTER_ADDR/MASTER_PORT and "
-                    "WORLD_SIZE) or check the network between the nodes")
+                    "WORLD_SIZE) or check the network between the nodes"
+                )
             time.sleep(0.05)
     return dist.PrefixStore("devicekit/pg", store)
 
@@ -116,10 +140,15 @@ def _is_address_in_use(error):
 
 def _rank_zero_listens(ctx):
     """Whether the port is held by a devicekit rendezvous whose rank 0 has checked in."""
+
     def ask():
-        client = dist.TCPStore(ctx.master_addr, ctx.master_port, is_master=False,
-                               timeout=datetime.timedelta(seconds=PROBE_S),
-                               wait_for_workers=False)
+        client = dist.TCPStore(
+            ctx.master_addr,
+            ctx.master_port,
+            is_master=False,
+            timeout=datetime.timedelta(seconds=PROBE_S),
+            wait_for_workers=False,
+        )
         deadline = time.monotonic() + PROBE_S / 2
         # The other rank 0 claims its rank a moment after it starts listening.
         while not client.check(["devicekit/claims/0"]):
@@ -141,14 +170,17 @@ def explain_setup_error(error, ctx, timeout_label):
     if _is_address_in_use(error):
         return UsageError(
             f"the master port {ctx.master_port} on {ctx.master_addr} is already in use: stop "
-            "the process holding it (a previous run?) or choose another with MASTER_PORT/--port")
+            "the process holding it (a previous run?) or choose another with MASTER_PORT/--port"
+        )
     if "connect" in text.lower() or "refused" in text.lower():
         return UsageError(
             f"rank {ctx.rank}: cannot reach the master at {where}: check MASTER_ADDR/MASTER_PORT "
-            f"and that rank 0 is running ({text.strip().splitlines()[0]})")
+            f"and that rank 0 is running ({text.strip().splitlines()[0]})"
+        )
     if "timed out" in text.lower() or "timeout" in text.lower():
         return UsageError(
             f"rank {ctx.rank}: not all {ctx.world_size} ranks joined at {where} within "
             f"{timeout_label}; start every rank, check MASTER_ADDR/MASTER_PORT "
-            f"and the network ({text.strip().splitlines()[0]})")
+            f"and the network ({text.strip().splitlines()[0]})"
+        )
     return error

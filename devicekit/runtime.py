@@ -12,8 +12,7 @@ from typing import Optional
 from devicekit.detect import resolve_kind
 from devicekit.errors import UsageError, warn
 from devicekit.kinds.base import DeviceKind
-from devicekit.environments import (
-    LaunchContext, LaunchOptions, launcher_of, resolve_launch)
+from devicekit.environments import LaunchContext, LaunchOptions, launcher_of, resolve_launch
 
 # The variables a launcher hands a process; if the script overwrites one of them (the DDP
 # tutorial's `os.environ["MASTER_PORT"] = "12355"`), the launcher's value is the one
@@ -55,9 +54,11 @@ def kind(device_type: Optional[str] = None, source: str = "device_type") -> Devi
     elif device_type not in (None, "", "auto"):
         wanted = resolve_kind(device_type, source=source)
         if wanted.name != _kind.name:
-            raise UsageError(f"{source}={device_type!r}, but this process already runs on "
-                             f"{_kind.name}: choose the device once, before the first devicekit "
-                             "call (or set DEVICEKIT_DEVICE)")
+            raise UsageError(
+                f"{source}={device_type!r}, but this process already runs on "
+                f"{_kind.name}: choose the device once, before the first devicekit "
+                "call (or set DEVICEKIT_DEVICE)"
+            )
     return _kind
 
 
@@ -107,13 +108,18 @@ def resolve_context(options: LaunchOptions) -> LaunchContext:
         ctx = resolve_launch(_without_explicit_ranks(options), environ=environ, kind=current)
         warn_if_contradicted(options, ctx)
         return ctx
-    if options.rank is None and options.world_size is None and \
-            not options.multiprocessing_distributed and multiprocessing.parent_process():
+    if (
+        options.rank is None
+        and options.world_size is None
+        and not options.multiprocessing_distributed
+        and multiprocessing.parent_process()
+    ):
         raise UsageError(
             "init_distributed() was called in a process started by multiprocessing (the "
             "script's own mp.spawn?) without its rank, and no launcher variables are set: "
             "pass init_distributed(rank=i, world_size=n) in each process, or start them "
-            "with devicekit.launch(fn) instead of mp.spawn")
+            "with devicekit.launch(fn) instead of mp.spawn"
+        )
     return resolve_launch(options, environ=environ, kind=current)
 
 
@@ -122,8 +128,9 @@ def _without_explicit_ranks(options):
     # against the launcher's afterwards, not used; a trainer's flags keep their meaning.
     if options.cli:
         return options
-    return LaunchOptions(local_rank=options.local_rank, gpu=options.gpu,
-                         device_list=options.device_list)
+    return LaunchOptions(
+        local_rank=options.local_rank, gpu=options.gpu, device_list=options.device_list
+    )
 
 
 def warn_if_contradicted(options: LaunchOptions, ctx: LaunchContext):
@@ -132,13 +139,16 @@ def warn_if_contradicted(options: LaunchOptions, ctx: LaunchContext):
         return
     told = {"rank": options.rank, "world_size": options.world_size}
     actual = {"rank": ctx.rank, "world_size": ctx.world_size}
-    differing = [name for name, value in told.items()
-                 if value is not None and value != actual[name]]
+    differing = [
+        name for name, value in told.items() if value is not None and value != actual[name]
+    ]
     if differing:
         given = ", ".join(f"{name}={told[name]}" for name in differing)
         real = ", ".join(f"{name} {actual[name]}" for name in differing)
-        warn(f"init_distributed({given}) differs from what the launcher ({ctx.mode}) set up "
-             f"({real}): using the launcher's")
+        warn(
+            f"init_distributed({given}) differs from what the launcher ({ctx.mode}) set up "
+            f"({real}): using the launcher's"
+        )
 
 
 def launcher_environ():
@@ -161,8 +171,10 @@ def settle_master(ctx: LaunchContext):
     for name, value in (("MASTER_ADDR", ctx.master_addr), ("MASTER_PORT", str(ctx.master_port))):
         current = os.environ.get(name)
         if current is not None and _differs(current, value) and ctx.rank == 0:
-            warn(f"{name}={current!r} set by the script is ignored: {who} runs this job at "
-                 f"{name}={value}, which every rank uses")
+            warn(
+                f"{name}={current!r} set by the script is ignored: {who} runs this job at "
+                f"{name}={value}, which every rank uses"
+            )
         os.environ[name] = value
 
 

@@ -16,8 +16,9 @@ import devicekit
 
 
 def backbone():
-    return nn.Sequential(nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 32),
-                         nn.ReLU())
+    return nn.Sequential(
+        nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU()
+    )
 
 
 def make_data(n, seed):
@@ -56,10 +57,12 @@ def train(local_rank, args):
 
     train_set, val_set = make_data(1024, 0), make_data(256, 1)
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)
-    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler,
-                        pin_memory=devicekit.pin_memory())
-    val_loader = DataLoader(val_set, batch_size=64,
-                            sampler=DistributedSampler(val_set, shuffle=False))
+    loader = DataLoader(
+        train_set, batch_size=args.batch_size, sampler=sampler, pin_memory=devicekit.pin_memory()
+    )
+    val_loader = DataLoader(
+        val_set, batch_size=64, sampler=DistributedSampler(val_set, shuffle=False)
+    )
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         model.train()
@@ -74,12 +77,15 @@ def train(local_rank, args):
         with torch.no_grad():
             for x, y in val_loader:
                 x, y = x.to(device), y.to(device)
-                correct += torch.stack([(model(x).argmax(1) == y).sum(),
-                                        torch.tensor(len(y), device=device)])
+                correct += torch.stack(
+                    [(model(x).argmax(1) == y).sum(), torch.tensor(len(y), device=device)]
+                )
         dist.all_reduce(correct)
         if rank == 0:
-            print(f"epoch {epoch} loss {loss.item():.4f} "
-                  f"val acc {100 * correct[0].item() / correct[1].item():.1f}%")
+            print(
+                f"epoch {epoch} loss {loss.item():.4f} "
+                f"val acc {100 * correct[0].item() / correct[1].item():.1f}%"
+            )
     devicekit.save_checkpoint(args.out, model)
     print(f"rank {rank}/{world_size} done: weights {devicekit.fingerprint(model)}")
     devicekit.destroy_process_group()

@@ -42,7 +42,7 @@ class TinyGPT(nn.Module):
         self.head = nn.Linear(dim, VOCAB)
 
     def forward(self, idx, targets):
-        x = self.blocks(self.tok(idx) + self.pos[:, :idx.size(1)])
+        x = self.blocks(self.tok(idx) + self.pos[:, : idx.size(1)])
         logits = self.head(x)
         return nn.functional.cross_entropy(logits.float().view(-1, VOCAB), targets.view(-1))
 
@@ -60,8 +60,8 @@ def get_batch(data, it, micro, rank, world_size, batch_size, accum):
     rows = batch_size * world_size
     g = torch.Generator().manual_seed(it * accum + micro)
     starts = torch.randint(len(data) - BLOCK - 1, (rows,), generator=g)[rank::world_size]
-    x = torch.stack([data[s:s + BLOCK] for s in starts])
-    y = torch.stack([data[s + 1:s + 1 + BLOCK] for s in starts])
+    x = torch.stack([data[s : s + BLOCK] for s in starts])
+    y = torch.stack([data[s + 1 : s + 1 + BLOCK] for s in starts])
     return x, y
 
 
@@ -129,8 +129,9 @@ def train(local_rank, args):
         if rank == 0 and it % 10 == 0:
             print(f"iter {it} loss {loss.item() * args.accum:.4f} lr {get_lr(it, args):.2e}")
         if (it + 1) % args.save_every == 0:
-            devicekit.save_checkpoint(args.out, {"model": model, "optimizer": optimizer,
-                                                 "scaler": scaler, "iter": it + 1})
+            devicekit.save_checkpoint(
+                args.out, {"model": model, "optimizer": optimizer, "scaler": scaler, "iter": it + 1}
+            )
     print(f"rank {rank}/{world_size} done: weights {devicekit.fingerprint(model)}")
     devicekit.destroy_process_group()
 

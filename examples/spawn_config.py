@@ -41,9 +41,14 @@ def train(gpu, cfg):
 
     dataset = make_data()
     sampler = torch.utils.data.distributed.DistributedSampler(dataset)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, shuffle=False,
-                                         num_workers=0, pin_memory=devicekit.pin_memory(),
-                                         sampler=sampler)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=cfg.batch_size,
+        shuffle=False,
+        num_workers=0,
+        pin_memory=devicekit.pin_memory(),
+        sampler=sampler,
+    )
     for epoch in range(cfg.epochs):
         sampler.set_epoch(epoch)
         for images, labels in loader:

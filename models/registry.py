@@ -46,8 +46,7 @@ def check_name(name, flag=""):
     if name not in _BUILDERS:
         choices = names()
         given = f" ({flag} {name})" if flag else ""
-        message = (f"unknown architecture {name!r}{given}: choose one of "
-                   f"{', '.join(choices)}")
+        message = f"unknown architecture {name!r}{given}: choose one of {', '.join(choices)}"
         close = difflib.get_close_matches(str(name), choices, n=1)
         if close:
             message += f" (did you mean {close[0]!r}?)"

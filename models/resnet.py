@@ -22,8 +22,7 @@ from models.registry import register
 
 def conv3x3(in_channels, out_channels, stride=1):
     """3x3 convolution with padding 1 and no bias (a batch norm follows)."""
-    return nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=stride, padding=1,
-                     bias=False)
+    return nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=stride, padding=1, bias=False)
 
 
 def conv1x1(in_channels, out_channels, stride=1):
@@ -153,8 +152,7 @@ def _builder(name):
     block, layers = CONFIGS[name]
 
     def build(num_classes=1000, zero_init_residual=False):
-        return ResNet(block, layers, num_classes=num_classes,
-                      zero_init_residual=zero_init_residual)
+        return ResNet(block, layers, num_classes=num_classes, zero_init_residual=zero_init_residual)
 
     build.__name__ = name
     build.__doc__ = f"{name}: {block.__name__} x {layers}."

@@ -31,8 +31,11 @@ class TinyNet(nn.Module):
         layers = []
         in_channels = 3
         for width, stride in zip(WIDTHS, STRIDES):
-            layers.append(nn.Conv2d(in_channels, width, kernel_size=3, stride=stride,
-                                    padding=1, bias=not batch_norm))
+            layers.append(
+                nn.Conv2d(
+                    in_channels, width, kernel_size=3, stride=stride, padding=1, bias=not batch_norm
+                )
+            )
             if batch_norm:
                 layers.append(nn.BatchNorm2d(width))
             layers.append(nn.ReLU(inplace=True))

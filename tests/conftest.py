@@ -15,10 +15,21 @@ if ROOT not in sys.path:
 # Property-based tests (tests/test_fuzz_*.py). CI runs "ci": a fixed seed (the same examples
 # on every run) and a budget that keeps the suite short; `pytest tests/test_fuzz_*.py
 # --hypothesis-profile=long --hypothesis-show-statistics` tries many more, new each run.
-settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None,
-                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("long", max_examples=5000, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=150,
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long",
+    max_examples=5000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile("ci")
 
 
@@ -74,5 +85,10 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     seed = getattr(item.module, "FAULT_SEED", None)
     if report.failed and seed is not None:
-        report.sections.append(("fault seed", f"the faults of this run were drawn with seed "
-                                              f"{seed}: DEVICEKIT_FAULT_SEED={seed} repeats them"))
+        report.sections.append(
+            (
+                "fault seed",
+                f"the faults of this run were drawn with seed "
+                f"{seed}: DEVICEKIT_FAULT_SEED={seed} repeats them",
+            )
+        )

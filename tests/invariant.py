@@ -43,8 +43,26 @@ NUMBER_LIKE = st.one_of(
     st.integers(-3, 70000).map(str),
     st.integers().map(str),
     st.integers(0, 8).map(lambda n: f" {n} "),
-    st.sampled_from(["", " ", "0x1", "1e3", "1.0", "+1", "-0", "٣", "1_0", "nan", "inf",
-                     "0,1", "1 2", "None", "null", "true"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "0x1",
+            "1e3",
+            "1.0",
+            "+1",
+            "-0",
+            "٣",
+            "1_0",
+            "nan",
+            "inf",
+            "0,1",
+            "1 2",
+            "None",
+            "null",
+            "true",
+        ]
+    ),
 )
 ANY_TEXT = st.text(max_size=40)
 VALUES = st.one_of(NUMBER_LIKE, ANY_TEXT)

@@ -4,8 +4,11 @@ import re
 from typing import List
 
 # Data files the library reads at run time, besides its modules.
-DATA_FILES = ("devicekit/py.typed", "devicekit/simulate/npu_standin.cpp",
-              "devicekit/preflight/torch_npu_2.13.0_ops.txt")
+DATA_FILES = (
+    "devicekit/py.typed",
+    "devicekit/simulate/npu_standin.cpp",
+    "devicekit/preflight/torch_npu_2.13.0_ops.txt",
+)
 _MARKER = "<!-- library example:"
 
 
@@ -25,5 +28,5 @@ def wheel_problems(names: List[str]) -> List[str]:
 
 def library_example(readme: str) -> str:
     """The python block that follows README's library-example marker."""
-    after = readme[readme.index(_MARKER):]
+    after = readme[readme.index(_MARKER) :]
     return re.search(r"```python\n(.*?)```", after, re.S).group(1)

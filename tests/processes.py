@@ -32,7 +32,7 @@ def _process_table():
                 text = handle.read().decode(errors="replace")
         except OSError:
             continue
-        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
         if fields[0] in ("Z", "X"):
             continue
         table[int(name)] = (int(fields[1]), fields[19])
@@ -82,7 +82,11 @@ class Finished:
 
     def __init__(self, returncode, stdout, stderr, seconds):
         self.returncode, self.stdout, self.stderr, self.seconds = (
-            returncode, stdout, stderr, seconds)
+            returncode,
+            stdout,
+            stderr,
+            seconds,
+        )
 
     def stderr_lines(self):
         return [line for line in self.stderr.splitlines() if line.strip()]
@@ -90,8 +94,10 @@ class Finished:
 
 def describe(results):
     """Every result's exit code and output, for an assertion message."""
-    return "\n".join(f"--- process {i}: exit {r.returncode}\n[stdout]\n{r.stdout}\n"
-                     f"[stderr]\n{r.stderr}" for i, r in enumerate(results))
+    return "\n".join(
+        f"--- process {i}: exit {r.returncode}\n[stdout]\n{r.stdout}\n[stderr]\n{r.stderr}"
+        for i, r in enumerate(results)
+    )
 
 
 class Processes:
@@ -108,10 +114,18 @@ class Processes:
 
     def start(self, name, argv, env):
         """Start `argv` in its own session, output to `<name>.stdout` / `<name>.stderr`."""
-        out, err = (output_file(self.directory / f"{name}.{stream}")
-                    for stream in ("stdout", "stderr"))
-        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
+        out, err = (
+            output_file(self.directory / f"{name}.{stream}") for stream in ("stdout", "stderr")
+        )
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
         self._started.append((proc, out, err, time.monotonic()))
         self._note_descendants()
         return proc
@@ -142,8 +156,9 @@ class Processes:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{proc.args} did not finish within {timeout} s\n"
-                        + describe([self.read(proc)]))
+            pytest.fail(
+                f"{proc.args} did not finish within {timeout} s\n" + describe([self.read(proc)])
+            )
         return self.read(proc)
 
     def finish_all(self, procs, timeout):
@@ -155,8 +170,10 @@ class Processes:
                 self._note_descendants()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    pytest.fail(f"the run did not finish within {timeout} s\n"
-                                + describe([self.read(p) for p in procs]))
+                    pytest.fail(
+                        f"the run did not finish within {timeout} s\n"
+                        + describe([self.read(p) for p in procs])
+                    )
                 try:
                     proc.wait(timeout=min(1.0, left))
                     break
@@ -164,10 +181,13 @@ class Processes:
                     continue
         roots = {proc.pid for proc in procs}
         for pid, (started, root) in list(self._seen.items()):
-            if root in roots and not _wait_gone(pid, started,
-                                                max(0.0, deadline - time.monotonic())):
-                pytest.fail(f"process {pid} outlived its launcher by {timeout} s\n"
-                            + describe([self.read(p) for p in procs]))
+            if root in roots and not _wait_gone(
+                pid, started, max(0.0, deadline - time.monotonic())
+            ):
+                pytest.fail(
+                    f"process {pid} outlived its launcher by {timeout} s\n"
+                    + describe([self.read(p) for p in procs])
+                )
         return [self.read(proc) for proc in procs]
 
     def __exit__(self, *exc):

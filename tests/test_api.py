@@ -46,6 +46,7 @@ def run(tmp_path, argv, timeout=TIMEOUT_S, **extra):
 
 # -- in one process ---------------------------------------------------------------------------
 
+
 def test_device_functions_on_a_cpu():
     runtime.kind("cpu")
     assert devicekit.device() == torch.device("cpu") and devicekit.device(3).type == "cpu"
@@ -76,11 +77,14 @@ def test_a_cpu_has_bf16():
 
 
 def test_a_usage_error_escaping_a_script_is_one_line_and_exit_2(tmp_path):
-    path = script(tmp_path, """\
+    path = script(
+        tmp_path,
+        """\
         import devicekit
         devicekit.set_device(0)  # asks for the device kind: the NPU, absent here
         print("not reached")
-        """)
+        """,
+    )
     result = run(tmp_path, [PY, path], DEVICEKIT_DEVICE="npu")
     assert result.returncode == 2, describe([result])
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
@@ -141,9 +145,16 @@ def test_checkpoints_are_portable(tmp_path):
     model(torch.ones(1, 3)).sum().backward()
     optimizer.step()
     path = tmp_path / "ckpt.pt"
-    devicekit.save_checkpoint(path, {"model": model, "optimizer": optimizer,
-                                     "scaler": devicekit.GradScaler(), "step": 3,
-                                     "old": {"module.weight": torch.zeros(1)}})
+    devicekit.save_checkpoint(
+        path,
+        {
+            "model": model,
+            "optimizer": optimizer,
+            "scaler": devicekit.GradScaler(),
+            "step": 3,
+            "old": {"module.weight": torch.zeros(1)},
+        },
+    )
     loaded = devicekit.load_checkpoint(path)
     assert set(loaded["model"]) == {"weight", "bias"}  # no "module."
     assert loaded["old"].keys() == {"weight"}
@@ -162,9 +173,12 @@ def test_load_checkpoint_refuses_code_in_one_line(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"model": Evil()}, path)
-    with pytest.raises(devicekit.UsageError, match=f"^checkpoint '{path}' holds objects other "
-                                                   "than tensors and plain values, which could "
-                                                   "run code when loaded; refusing it"):
+    with pytest.raises(
+        devicekit.UsageError,
+        match=f"^checkpoint '{path}' holds objects other "
+        "than tensors and plain values, which could "
+        "run code when loaded; refusing it",
+    ):
         devicekit.load_checkpoint(path)
 
 
@@ -201,20 +215,29 @@ _OWN_SPAWN = """
 
 
 def test_init_distributed_in_a_scripts_own_mp_spawn(tmp_path):
-    told = run(tmp_path / "told", [PY, script(tmp_path, _OWN_SPAWN), "told"],
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
+    told = run(
+        tmp_path / "told",
+        [PY, script(tmp_path, _OWN_SPAWN), "told"],
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=find_free_port(),
+    )
     assert told.returncode == 0, describe([told])
     assert sorted(re.findall(r"rank \d/\d", told.stdout)) == ["rank 0/2", "rank 1/2"]
 
 
 def test_an_mp_spawn_child_without_its_rank_is_refused_not_run_alone(tmp_path):
     """Two children silently training as two separate runs: refused, naming the fix."""
-    result = run(tmp_path, [PY, script(tmp_path, _OWN_SPAWN), "untold"],
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
+    result = run(
+        tmp_path,
+        [PY, script(tmp_path, _OWN_SPAWN), "untold"],
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=find_free_port(),
+    )
     assert result.returncode != 0
     assert "rank 0/1" not in result.stdout
-    assert "started by multiprocessing (the script's own mp.spawn?) without its rank" in \
-        result.stderr
+    assert (
+        "started by multiprocessing (the script's own mp.spawn?) without its rank" in result.stderr
+    )
     assert "init_distributed(rank=i, world_size=n)" in result.stderr
 
 
@@ -247,35 +270,54 @@ def test_launch_spawns_ranks_with_one_thread_share_each(tmp_path):
     assert result.returncode == 0, describe([result])
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
     assert sorted(re.findall(r"rank \d/\d threads \d+", result.stdout)) == [
-        f"rank 0/2 threads {threads}", f"rank 1/2 threads {threads}"]
+        f"rank 0/2 threads {threads}",
+        f"rank 1/2 threads {threads}",
+    ]
 
 
 def test_launch_raises_and_exits_non_zero_when_a_rank_fails(tmp_path):
     result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "raise"], timeout=60)
     assert result.returncode == 1, describe([result])
     assert "ValueError: rank 1 fails on purpose" in result.stderr
-    assert ("error: local rank 1 exited with code 1 (an uncaught exception, traceback above); "
-            "the other ranks were stopped") in result.stderr
+    assert (
+        "error: local rank 1 exited with code 1 (an uncaught exception, traceback above); "
+        "the other ranks were stopped"
+    ) in result.stderr
     assert "caught: local rank 1 exited with code 1" in result.stdout
 
 
 def test_launch_refuses_a_bad_process_count(tmp_path):
-    result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "plain"],
-                 DEVICEKIT_NPROC_PER_NODE="two")
+    result = run(
+        tmp_path, [PY, script(tmp_path, _LAUNCHED), "plain"], DEVICEKIT_NPROC_PER_NODE="two"
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == (
-        "error: DEVICEKIT_NPROC_PER_NODE='two' must be a whole number of processes, at least 1")
+        "error: DEVICEKIT_NPROC_PER_NODE='two' must be a whole number of processes, at least 1"
+    )
 
 
 def test_a_hard_coded_master_port_under_torchrun_is_ignored_once(tmp_path):
-    result = run(tmp_path, [PY, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc-per-node", "2", script(tmp_path, _LAUNCHED),
-                            "hard-coded-port"], timeout=90)
+    result = run(
+        tmp_path,
+        [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            script(tmp_path, _LAUNCHED),
+            "hard-coded-port",
+        ],
+        timeout=90,
+    )
     assert result.returncode == 0, describe([result])
     warnings = [line for line in result.stderr.splitlines() if "set by the script" in line]
     assert len(warnings) == 1, result.stderr  # MASTER_ADDR=localhost is the same host
-    assert warnings[0].startswith("devicekit: warning: MASTER_PORT='1' set by the script is "
-                                  "ignored: the launcher (torchrun) runs this job at MASTER_PORT=")
+    assert warnings[0].startswith(
+        "devicekit: warning: MASTER_PORT='1' set by the script is "
+        "ignored: the launcher (torchrun) runs this job at MASTER_PORT="
+    )
 
 
 def test_two_processes_claiming_one_rank_are_named_not_a_port_clash(tmp_path):

@@ -31,13 +31,37 @@ TIMEOUT_S = 120
 MAIN = os.path.join(ROOT, "main.py")
 FAKE_NPU = os.path.join(ROOT, "tests", "fake_npu")
 # A tiny run: every valid part of a bad command line is cheap.
-TINY = ["-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "8", "--epochs", "1",
-        "--steps-per-epoch", "2", "--val-steps", "1", "-j", "0", "-p", "1"]
-ENV_LAUNCH = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": "29531"}
+TINY = [
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "8",
+    "--epochs",
+    "1",
+    "--steps-per-epoch",
+    "2",
+    "--val-steps",
+    "1",
+    "-j",
+    "0",
+    "-p",
+    "1",
+]
+ENV_LAUNCH = {
+    "RANK": "0",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "0",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29531",
+}
 
 
 # -- fixture helpers ----------------------------------------------------------------------
+
 
 class RunsCode:
     """Unpickling this runs `touch <marker>`: a stand-in for a malicious checkpoint."""
@@ -71,9 +95,18 @@ def write_checkpoint(path, arch="tinynet"):
     model = models.create(arch, num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
     scheduler = state.make_scheduler(optimizer, 1, 0, "step", 2)
-    state.save(os.path.dirname(path), state.checkpoint_state(
-        state.Position(1, 0, 12.5), arch, model, optimizer, scheduler,
-        torch.amp.GradScaler("cpu", enabled=False)), True)
+    state.save(
+        os.path.dirname(path),
+        state.checkpoint_state(
+            state.Position(1, 0, 12.5),
+            arch,
+            model,
+            optimizer,
+            scheduler,
+            torch.amp.GradScaler("cpu", enabled=False),
+        ),
+        True,
+    )
     os.replace(os.path.join(os.path.dirname(path), state.CHECKPOINT), path)
     os.unlink(os.path.join(os.path.dirname(path), state.BEST))
     return path
@@ -115,12 +148,14 @@ def build_files(d):
     good = write_checkpoint(os.path.join(d, "good.pth.tar"))
     data = open(good, "rb").read()
     with open(os.path.join(d, "truncated.pth.tar"), "wb") as f:
-        f.write(data[:len(data) // 2])
+        f.write(data[: len(data) // 2])
     with open(os.path.join(d, "random.pth.tar"), "wb") as f:
         f.write(random.Random(0).randbytes(4096))
     open(os.path.join(d, "empty.pth.tar"), "wb").close()
-    torch.save({"epoch": 1, "state_dict": RunsCode(f"{d}/torch_marker")},
-               os.path.join(d, "evil_torch.pth.tar"))
+    torch.save(
+        {"epoch": 1, "state_dict": RunsCode(f"{d}/torch_marker")},
+        os.path.join(d, "evil_torch.pth.tar"),
+    )
     with open(os.path.join(d, "evil_pickle.pth.tar"), "wb") as f:
         pickle.dump(RunsCode(f"{d}/pickle_marker"), f, protocol=2)
     torch.save({"weights": torch.ones(2)}, os.path.join(d, "not_a_checkpoint.pth.tar"))
@@ -135,183 +170,418 @@ def build_files(d):
 # -- the cases ----------------------------------------------------------------------------
 
 # Each case's needles are the words of its own cause ({d}: the folder of the files above).
-Case = collections.namedtuple("Case", "id argv needles env dummy fake_npu marker",
-                              defaults=(None, True, False, None))
+Case = collections.namedtuple(
+    "Case", "id argv needles env dummy fake_npu marker", defaults=(None, True, False, None)
+)
 MP_2 = ["--multiprocessing-distributed", "--nproc-per-node", "2"]
 
 CASES = [
-    Case("unknown-arch", ["-a", "resnt50"],
-         ["unknown architecture 'resnt50'", "did you mean 'resnet50'?"]),
-    Case("batch-not-divisible", ["--multiprocessing-distributed", "--nproc-per-node", "2",
-                                 "-b", "7"],
-         ["--batch-size 7", "does not divide over 2 processes", "use 6 or 8"]),
-    Case("batch-below-processes", ["--multiprocessing-distributed", "--nproc-per-node", "2",
-                                   "-b", "1"],
-         ["--batch-size 1 is smaller than the 2 processes", "--batch-size 2 or more"]),
-    Case("rank-not-below-world", [], ["RANK=2 is not below WORLD_SIZE=2"],
-         env={**ENV_LAUNCH, "RANK": "2"}),
-    Case("local-rank-not-below-local-world", [],
-         ["LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"],
-         env={**ENV_LAUNCH, "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}),
-    Case("env-without-master-addr", [], ["MASTER_ADDR is not set", "torchrun"],
-         env={k: v for k, v in ENV_LAUNCH.items() if k != "MASTER_ADDR"}),
-    Case("mp-distributed-under-launcher", ["--multiprocessing-distributed"],
-         ["--multiprocessing-distributed was given but a launcher already started this process",
-          "drop --multiprocessing-distributed"], env=ENV_LAUNCH),
+    Case(
+        "unknown-arch",
+        ["-a", "resnt50"],
+        ["unknown architecture 'resnt50'", "did you mean 'resnet50'?"],
+    ),
+    Case(
+        "batch-not-divisible",
+        ["--multiprocessing-distributed", "--nproc-per-node", "2", "-b", "7"],
+        ["--batch-size 7", "does not divide over 2 processes", "use 6 or 8"],
+    ),
+    Case(
+        "batch-below-processes",
+        ["--multiprocessing-distributed", "--nproc-per-node", "2", "-b", "1"],
+        ["--batch-size 1 is smaller than the 2 processes", "--batch-size 2 or more"],
+    ),
+    Case(
+        "rank-not-below-world",
+        [],
+        ["RANK=2 is not below WORLD_SIZE=2"],
+        env={**ENV_LAUNCH, "RANK": "2"},
+    ),
+    Case(
+        "local-rank-not-below-local-world",
+        [],
+        ["LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"],
+        env={**ENV_LAUNCH, "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+    ),
+    Case(
+        "env-without-master-addr",
+        [],
+        ["MASTER_ADDR is not set", "torchrun"],
+        env={k: v for k, v in ENV_LAUNCH.items() if k != "MASTER_ADDR"},
+    ),
+    Case(
+        "mp-distributed-under-launcher",
+        ["--multiprocessing-distributed"],
+        [
+            "--multiprocessing-distributed was given but a launcher already started this process",
+            "drop --multiprocessing-distributed",
+        ],
+        env=ENV_LAUNCH,
+    ),
     Case("world-size-without-rank", ["--world-size", "2"], ["--world-size 2 needs --rank"]),
-    Case("rank-without-world-size", ["--rank", "5"],
-         ["--rank 5 needs --world-size (the number of processes) too",
-          "a single process needs neither"]),
-    Case("nproc-without-mp-distributed", ["--nproc-per-node", "3"],
-         ["--nproc-per-node 3 only means something with --multiprocessing-distributed",
-          "add --multiprocessing-distributed or drop --nproc-per-node"]),
-    Case("dist-url-garbage", ["--dist-url", "garbage://"],
-         ["--dist-url 'garbage://' is not understood: use tcp://HOST:PORT or env://"]),
-    Case("dist-timeout-inf", ["--dist-timeout", "inf"],
-         ["--dist-timeout inf must be a positive, finite number of seconds"]),
-    Case("dist-timeout-nan", ["--dist-timeout", "nan"],
-         ["--dist-timeout nan must be a positive, finite number of seconds"]),
-    Case("dist-timeout-zero", ["--dist-timeout", "0"],
-         ["--dist-timeout 0.0 must be a positive, finite number of seconds"]),
-    Case("dist-timeout-negative", ["--dist-timeout", "-5"],
-         ["--dist-timeout -5.0 must be a positive, finite number of seconds"]),
-    Case("seed-2-to-the-70", ["--seed", str(2**70)],
-         [f"--seed {2**70} is out of range", f"from {-2**63} to {2**63 - 1}"]),
-    Case("seed-2-to-the-64-minus-1-two-ranks", MP_2 + ["--seed", str(2**64 - 1)],
-         [f"--seed {2**64 - 1} is out of range", "the rank and the epoch are added to it"]),
-    Case("output-dir-is-a-file", ["--output-dir", "{d}/a_file"],
-         ["--output-dir '{d}/a_file' already exists and is not a folder"]),
-    Case("output-dir-under-a-file", ["--output-dir", "{d}/a_file/out"],
-         ["--output-dir '{d}/a_file/out' cannot be made: '{d}/a_file' exists and is not a "
-          "folder"]),
-    Case("output-dir-under-proc", ["--output-dir", "/proc/x/y"],
-         ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"]),
-    Case("output-dir-under-proc-mp-distributed", MP_2 + ["--output-dir", "/proc/x/y"],
-         ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"]),
-    Case("output-dir-name-too-long", ["--output-dir", "{d}/" + "n" * 300 + "/out"],
-         ["--output-dir '{d}/" + "n" * 300 + "/out' cannot be made: the name "
-          "'nnnnnnnnnnnnnnnnnnnn'... is 300 bytes, over the file system's limit of"]),
+    Case(
+        "rank-without-world-size",
+        ["--rank", "5"],
+        [
+            "--rank 5 needs --world-size (the number of processes) too",
+            "a single process needs neither",
+        ],
+    ),
+    Case(
+        "nproc-without-mp-distributed",
+        ["--nproc-per-node", "3"],
+        [
+            "--nproc-per-node 3 only means something with --multiprocessing-distributed",
+            "add --multiprocessing-distributed or drop --nproc-per-node",
+        ],
+    ),
+    Case(
+        "dist-url-garbage",
+        ["--dist-url", "garbage://"],
+        ["--dist-url 'garbage://' is not understood: use tcp://HOST:PORT or env://"],
+    ),
+    Case(
+        "dist-timeout-inf",
+        ["--dist-timeout", "inf"],
+        ["--dist-timeout inf must be a positive, finite number of seconds"],
+    ),
+    Case(
+        "dist-timeout-nan",
+        ["--dist-timeout", "nan"],
+        ["--dist-timeout nan must be a positive, finite number of seconds"],
+    ),
+    Case(
+        "dist-timeout-zero",
+        ["--dist-timeout", "0"],
+        ["--dist-timeout 0.0 must be a positive, finite number of seconds"],
+    ),
+    Case(
+        "dist-timeout-negative",
+        ["--dist-timeout", "-5"],
+        ["--dist-timeout -5.0 must be a positive, finite number of seconds"],
+    ),
+    Case(
+        "seed-2-to-the-70",
+        ["--seed", str(2**70)],
+        [f"--seed {2**70} is out of range", f"from {-(2**63)} to {2**63 - 1}"],
+    ),
+    Case(
+        "seed-2-to-the-64-minus-1-two-ranks",
+        MP_2 + ["--seed", str(2**64 - 1)],
+        [f"--seed {2**64 - 1} is out of range", "the rank and the epoch are added to it"],
+    ),
+    Case(
+        "output-dir-is-a-file",
+        ["--output-dir", "{d}/a_file"],
+        ["--output-dir '{d}/a_file' already exists and is not a folder"],
+    ),
+    Case(
+        "output-dir-under-a-file",
+        ["--output-dir", "{d}/a_file/out"],
+        ["--output-dir '{d}/a_file/out' cannot be made: '{d}/a_file' exists and is not a folder"],
+    ),
+    Case(
+        "output-dir-under-proc",
+        ["--output-dir", "/proc/x/y"],
+        ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"],
+    ),
+    Case(
+        "output-dir-under-proc-mp-distributed",
+        MP_2 + ["--output-dir", "/proc/x/y"],
+        ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"],
+    ),
+    Case(
+        "output-dir-name-too-long",
+        ["--output-dir", "{d}/" + "n" * 300 + "/out"],
+        [
+            "--output-dir '{d}/" + "n" * 300 + "/out' cannot be made: the name "
+            "'nnnnnnnnnnnnnnnnnnnn'... is 300 bytes, over the file system's limit of"
+        ],
+    ),
     Case("npu-not-installed", ["--device", "npu"], ["--device npu", "torch_npu is not installed"]),
     Case("cuda-on-cpu-torch", ["--device", "cuda"], ["--device cuda", "no CUDA support"]),
     # Without torch_npu, installing it is the first fix, whatever the device order says
     # (the order itself: fake-npu-visible-unordered).
-    Case("ascend-visible-unordered", ["--device", "npu"],
-         ["--device npu: torch_npu is not installed"], env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"}),
+    Case(
+        "ascend-visible-unordered",
+        ["--device", "npu"],
+        ["--device npu: torch_npu is not installed"],
+        env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"},
+    ),
     # The simulated torch_npu lets a CPU machine express device-index problems.
-    Case("fake-npu-visible-unordered", ["--device", "npu"],
-         ["ASCEND_RT_VISIBLE_DEVICES='1,0' is not in ascending order",
-          "ASCEND_RT_VISIBLE_DEVICES=0,1"],
-         env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"}, fake_npu=True),
-    Case("fake-npu-gpu-out-of-range", ["--device", "npu", "--gpu", "1"],
-         ["--gpu 1 but only 1 npu device(s) are visible", "below 1"],
-         env={"FAKE_NPU_COUNT": "1"}, fake_npu=True),
-    Case("fake-npu-local-rank-out-of-range", ["--device", "npu"],
-         ["LOCAL_RANK=1 but only 1 npu device(s) are visible"],
-         env={**ENV_LAUNCH, "RANK": "1", "LOCAL_RANK": "1", "FAKE_NPU_COUNT": "1"},
-         fake_npu=True),
-    Case("data-dir-missing", ["{d}/nowhere"], ["data directory '{d}/nowhere' does not exist"],
-         dummy=False),
+    Case(
+        "fake-npu-visible-unordered",
+        ["--device", "npu"],
+        [
+            "ASCEND_RT_VISIBLE_DEVICES='1,0' is not in ascending order",
+            "ASCEND_RT_VISIBLE_DEVICES=0,1",
+        ],
+        env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"},
+        fake_npu=True,
+    ),
+    Case(
+        "fake-npu-gpu-out-of-range",
+        ["--device", "npu", "--gpu", "1"],
+        ["--gpu 1 but only 1 npu device(s) are visible", "below 1"],
+        env={"FAKE_NPU_COUNT": "1"},
+        fake_npu=True,
+    ),
+    Case(
+        "fake-npu-local-rank-out-of-range",
+        ["--device", "npu"],
+        ["LOCAL_RANK=1 but only 1 npu device(s) are visible"],
+        env={**ENV_LAUNCH, "RANK": "1", "LOCAL_RANK": "1", "FAKE_NPU_COUNT": "1"},
+        fake_npu=True,
+    ),
+    Case(
+        "data-dir-missing",
+        ["{d}/nowhere"],
+        ["data directory '{d}/nowhere' does not exist"],
+        dummy=False,
+    ),
     Case("data-dir-not-given", [], ["no data directory given", "--dummy"], dummy=False),
-    Case("data-without-train", ["{d}/no_train"],
-         ["data directory '{d}/no_train' has no train/ folder", "DIR/train/<class>"],
-         dummy=False),
-    Case("data-without-val", ["{d}/no_val"],
-         ["data directory '{d}/no_val' has no val/ folder", "DIR/val/<class>"],
-         dummy=False),
-    Case("empty-class-folder", ["{d}/empty_class"],
-         ["class folder {d}/empty_class/train/b has no images"], dummy=False),
-    Case("data-fewer-images-than-a-batch", ["{d}/few"],
-         ["data directory '{d}/few' has 4 training images, fewer than one batch of "
-          "--batch-size 8", "lower --batch-size or add images"], dummy=False),
-    Case("data-symlink-loop-among-classes", ["{d}/class_loop"],
-         ["data path {d}/class_loop/train/cycle cannot be read (Too many levels of symbolic "
-          "links)"], dummy=False),
-    Case("data-symlink-loop-among-images", ["{d}/image_loop"],
-         ["data path {d}/image_loop/train/a/2.png cannot be read (Too many levels of symbolic "
-          "links)"], dummy=False),
-    Case("data-dir-symlink-loop", ["{d}/self_loop"],
-         ["data directory '{d}/self_loop' cannot be opened (Too many levels of symbolic links)"],
-         dummy=False),
-    Case("config-missing", ["--config", "{d}/nowhere.yaml"],
-         ["--config '{d}/nowhere.yaml' does not exist"]),
-    Case("config-is-a-directory", ["--config", "{d}"],
-         ["--config '{d}' is a directory: pass a YAML file"]),
-    Case("config-not-utf8", ["--config", "{d}/not_utf8.yaml"],
-         ["--config '{d}/not_utf8.yaml' is not UTF-8 text"]),
-    Case("config-not-yaml", ["--config", "{d}/bad.yaml"],
-         ["--config '{d}/bad.yaml' is not valid YAML at line 2"]),
-    Case("config-value-not-an-int", ["--config", "{d}/big.yaml"],
-         ["--config '{d}/big.yaml': batch-size: 'big' is not an int"]),
-    Case("config-value-not-a-choice", ["--config", "{d}/choice.yaml"],
-         ["--config '{d}/choice.yaml': lr-schedule: 'linear' is not one of step, cosine"]),
-    Case("config-switch-not-a-bool", ["--config", "{d}/switch.yaml"],
-         ["--config '{d}/switch.yaml': dummy: 3 is not true or false"]),
-    Case("config-duplicate-key", ["--config", "{d}/duplicate.yaml"],
-         ["--config '{d}/duplicate.yaml' gives lr twice (lines 1 and 3): keep one"]),
-    Case("config-key-in-two-spellings", ["--config", "{d}/two_spellings.yaml"],
-         ["--config '{d}/two_spellings.yaml' gives batch-size twice (as batch_size and "
-          "batch-size)"]),
-    Case("config-not-mapping", ["--config", "{d}/list.yaml"],
-         ["--config '{d}/list.yaml' must be a mapping of option: value, not a list"]),
-    Case("config-unknown-key", ["--config", "{d}/unknown.yaml"],
-         ["--config '{d}/unknown.yaml' has unknown option(s): bogus-key"]),
-    Case("config-python-tag", ["--config", "{d}/tag.yaml"],
-         ["could not determine a constructor", "python/object/apply:os.system",
-          "refused (safe_load)"], marker="yaml_marker"),
+    Case(
+        "data-without-train",
+        ["{d}/no_train"],
+        ["data directory '{d}/no_train' has no train/ folder", "DIR/train/<class>"],
+        dummy=False,
+    ),
+    Case(
+        "data-without-val",
+        ["{d}/no_val"],
+        ["data directory '{d}/no_val' has no val/ folder", "DIR/val/<class>"],
+        dummy=False,
+    ),
+    Case(
+        "empty-class-folder",
+        ["{d}/empty_class"],
+        ["class folder {d}/empty_class/train/b has no images"],
+        dummy=False,
+    ),
+    Case(
+        "data-fewer-images-than-a-batch",
+        ["{d}/few"],
+        [
+            "data directory '{d}/few' has 4 training images, fewer than one batch of "
+            "--batch-size 8",
+            "lower --batch-size or add images",
+        ],
+        dummy=False,
+    ),
+    Case(
+        "data-symlink-loop-among-classes",
+        ["{d}/class_loop"],
+        ["data path {d}/class_loop/train/cycle cannot be read (Too many levels of symbolic links)"],
+        dummy=False,
+    ),
+    Case(
+        "data-symlink-loop-among-images",
+        ["{d}/image_loop"],
+        [
+            "data path {d}/image_loop/train/a/2.png cannot be read (Too many levels of symbolic "
+            "links)"
+        ],
+        dummy=False,
+    ),
+    Case(
+        "data-dir-symlink-loop",
+        ["{d}/self_loop"],
+        ["data directory '{d}/self_loop' cannot be opened (Too many levels of symbolic links)"],
+        dummy=False,
+    ),
+    Case(
+        "config-missing",
+        ["--config", "{d}/nowhere.yaml"],
+        ["--config '{d}/nowhere.yaml' does not exist"],
+    ),
+    Case(
+        "config-is-a-directory",
+        ["--config", "{d}"],
+        ["--config '{d}' is a directory: pass a YAML file"],
+    ),
+    Case(
+        "config-not-utf8",
+        ["--config", "{d}/not_utf8.yaml"],
+        ["--config '{d}/not_utf8.yaml' is not UTF-8 text"],
+    ),
+    Case(
+        "config-not-yaml",
+        ["--config", "{d}/bad.yaml"],
+        ["--config '{d}/bad.yaml' is not valid YAML at line 2"],
+    ),
+    Case(
+        "config-value-not-an-int",
+        ["--config", "{d}/big.yaml"],
+        ["--config '{d}/big.yaml': batch-size: 'big' is not an int"],
+    ),
+    Case(
+        "config-value-not-a-choice",
+        ["--config", "{d}/choice.yaml"],
+        ["--config '{d}/choice.yaml': lr-schedule: 'linear' is not one of step, cosine"],
+    ),
+    Case(
+        "config-switch-not-a-bool",
+        ["--config", "{d}/switch.yaml"],
+        ["--config '{d}/switch.yaml': dummy: 3 is not true or false"],
+    ),
+    Case(
+        "config-duplicate-key",
+        ["--config", "{d}/duplicate.yaml"],
+        ["--config '{d}/duplicate.yaml' gives lr twice (lines 1 and 3): keep one"],
+    ),
+    Case(
+        "config-key-in-two-spellings",
+        ["--config", "{d}/two_spellings.yaml"],
+        ["--config '{d}/two_spellings.yaml' gives batch-size twice (as batch_size and batch-size)"],
+    ),
+    Case(
+        "config-not-mapping",
+        ["--config", "{d}/list.yaml"],
+        ["--config '{d}/list.yaml' must be a mapping of option: value, not a list"],
+    ),
+    Case(
+        "config-unknown-key",
+        ["--config", "{d}/unknown.yaml"],
+        ["--config '{d}/unknown.yaml' has unknown option(s): bogus-key"],
+    ),
+    Case(
+        "config-python-tag",
+        ["--config", "{d}/tag.yaml"],
+        [
+            "could not determine a constructor",
+            "python/object/apply:os.system",
+            "refused (safe_load)",
+        ],
+        marker="yaml_marker",
+    ),
     Case("epochs-zero", ["--epochs", "0"], ["--epochs 0 must be at least 1"]),
     Case("epochs-negative", ["--epochs", "-1"], ["--epochs -1 must be at least 1"]),
     Case("lr-zero", ["--lr", "0"], ["--lr 0 must be a positive, finite number"]),
     Case("lr-negative", ["--lr", "-0.1"], ["--lr -0.1 must be a positive, finite number"]),
     Case("workers-negative", ["--workers", "-1"], ["--workers -1 must be at least 0"]),
     Case("batch-zero", ["-b", "0"], ["--batch-size 0 must be at least 1"]),
-    Case("resume-missing", ["--resume", "{d}/nowhere.pth.tar"],
-         ["--resume '{d}/nowhere.pth.tar' does not exist"]),
-    Case("resume-finished-run", ["--resume", "{d}/good.pth.tar"],
-         ["--resume '{d}/good.pth.tar' finished at epoch 1, and --epochs 1 leaves nothing to "
-          "train", "pass --epochs 2 or more to train on, or --evaluate"]),
-    Case("resume-random-bytes", ["--resume", "{d}/random.pth.tar"],
-         ["--resume checkpoint '{d}/random.pth.tar' is corrupt or not written by torch.save",
-          "intact copy"]),
-    Case("resume-empty-file", ["--resume", "{d}/empty.pth.tar"],
-         ["--resume checkpoint '{d}/empty.pth.tar' is truncated or not a PyTorch checkpoint"]),
-    Case("resume-truncated", ["--resume", "{d}/truncated.pth.tar"],
-         ["--resume checkpoint '{d}/truncated.pth.tar' is truncated or not a PyTorch "
-          "checkpoint", "intact copy"]),
-    Case("resume-other-arch", ["-a", "tinynet_nobn", "--epochs", "2",
-                               "--resume", "{d}/good.pth.tar"],
-         ["--resume '{d}/good.pth.tar' was written for --arch tinynet, not tinynet_nobn",
-          "pass --arch tinynet"]),
-    Case("resume-not-a-training-checkpoint", ["--resume", "{d}/not_a_checkpoint.pth.tar"],
-         ["--resume '{d}/not_a_checkpoint.pth.tar' is not a training checkpoint",
-          "epoch, arch, state_dict, optimizer"]),
-    Case("resume-malicious-torch-save", ["--resume", "{d}/evil_torch.pth.tar"],
-         ["--resume checkpoint '{d}/evil_torch.pth.tar' holds objects other than tensors",
-          "weights_only=True", "posix.system"],
-         marker="torch_marker"),
-    Case("resume-malicious-pickle", ["--resume", "{d}/evil_pickle.pth.tar"],
-         ["--resume checkpoint '{d}/evil_pickle.pth.tar' holds objects other than tensors",
-          "weights_only=True"], marker="pickle_marker"),
-    Case("pretrained-malicious", ["--pretrained", "{d}/evil_torch.pth.tar"],
-         ["--pretrained file '{d}/evil_torch.pth.tar' holds objects other than tensors",
-          "weights_only=True"], marker="torch_marker"),
-    Case("pretrained-other-arch", ["-a", "tinynet_nobn", "--pretrained", "{d}/good.pth.tar"],
-         ["--pretrained '{d}/good.pth.tar' does not fit this model", "missing (e.g.",
-          "check --arch"]),
-    Case("pretrained-without-path", ["--pretrained"],
-         ["--pretrained needs a PATH", "cannot download weights"]),
+    Case(
+        "resume-missing",
+        ["--resume", "{d}/nowhere.pth.tar"],
+        ["--resume '{d}/nowhere.pth.tar' does not exist"],
+    ),
+    Case(
+        "resume-finished-run",
+        ["--resume", "{d}/good.pth.tar"],
+        [
+            "--resume '{d}/good.pth.tar' finished at epoch 1, and --epochs 1 leaves nothing to "
+            "train",
+            "pass --epochs 2 or more to train on, or --evaluate",
+        ],
+    ),
+    Case(
+        "resume-random-bytes",
+        ["--resume", "{d}/random.pth.tar"],
+        [
+            "--resume checkpoint '{d}/random.pth.tar' is corrupt or not written by torch.save",
+            "intact copy",
+        ],
+    ),
+    Case(
+        "resume-empty-file",
+        ["--resume", "{d}/empty.pth.tar"],
+        ["--resume checkpoint '{d}/empty.pth.tar' is truncated or not a PyTorch checkpoint"],
+    ),
+    Case(
+        "resume-truncated",
+        ["--resume", "{d}/truncated.pth.tar"],
+        [
+            "--resume checkpoint '{d}/truncated.pth.tar' is truncated or not a PyTorch checkpoint",
+            "intact copy",
+        ],
+    ),
+    Case(
+        "resume-other-arch",
+        ["-a", "tinynet_nobn", "--epochs", "2", "--resume", "{d}/good.pth.tar"],
+        [
+            "--resume '{d}/good.pth.tar' was written for --arch tinynet, not tinynet_nobn",
+            "pass --arch tinynet",
+        ],
+    ),
+    Case(
+        "resume-not-a-training-checkpoint",
+        ["--resume", "{d}/not_a_checkpoint.pth.tar"],
+        [
+            "--resume '{d}/not_a_checkpoint.pth.tar' is not a training checkpoint",
+            "epoch, arch, state_dict, optimizer",
+        ],
+    ),
+    Case(
+        "resume-malicious-torch-save",
+        ["--resume", "{d}/evil_torch.pth.tar"],
+        [
+            "--resume checkpoint '{d}/evil_torch.pth.tar' holds objects other than tensors",
+            "weights_only=True",
+            "posix.system",
+        ],
+        marker="torch_marker",
+    ),
+    Case(
+        "resume-malicious-pickle",
+        ["--resume", "{d}/evil_pickle.pth.tar"],
+        [
+            "--resume checkpoint '{d}/evil_pickle.pth.tar' holds objects other than tensors",
+            "weights_only=True",
+        ],
+        marker="pickle_marker",
+    ),
+    Case(
+        "pretrained-malicious",
+        ["--pretrained", "{d}/evil_torch.pth.tar"],
+        [
+            "--pretrained file '{d}/evil_torch.pth.tar' holds objects other than tensors",
+            "weights_only=True",
+        ],
+        marker="torch_marker",
+    ),
+    Case(
+        "pretrained-other-arch",
+        ["-a", "tinynet_nobn", "--pretrained", "{d}/good.pth.tar"],
+        [
+            "--pretrained '{d}/good.pth.tar' does not fit this model",
+            "missing (e.g.",
+            "check --arch",
+        ],
+    ),
+    Case(
+        "pretrained-without-path",
+        ["--pretrained"],
+        ["--pretrained needs a PATH", "cannot download weights"],
+    ),
     Case("unknown-flag", ["--bogus"], ["unrecognized arguments: --bogus", "--help"]),
     # Found by tests/test_fuzz_*.py: each was a traceback or a second line before.
-    Case("resume-text-file", ["--resume", "{d}/notes.txt"],
-         ["--resume checkpoint '{d}/notes.txt' is truncated or not a PyTorch checkpoint "
-          "(KeyError: 101)"]),
-    Case("pretrained-text-file", ["--pretrained", "{d}/notes.txt"],
-         ["--pretrained file '{d}/notes.txt' is truncated or not a PyTorch checkpoint"]),
-    Case("resume-epoch-not-a-count", ["--resume", "{d}/epoch_text.pth.tar"],
-         ["--resume '{d}/epoch_text.pth.tar' is not a checkpoint main.py wrote (its epoch is "
-          "'1', not a count)"]),
+    Case(
+        "resume-text-file",
+        ["--resume", "{d}/notes.txt"],
+        [
+            "--resume checkpoint '{d}/notes.txt' is truncated or not a PyTorch checkpoint "
+            "(KeyError: 101)"
+        ],
+    ),
+    Case(
+        "pretrained-text-file",
+        ["--pretrained", "{d}/notes.txt"],
+        ["--pretrained file '{d}/notes.txt' is truncated or not a PyTorch checkpoint"],
+    ),
+    Case(
+        "resume-epoch-not-a-count",
+        ["--resume", "{d}/epoch_text.pth.tar"],
+        [
+            "--resume '{d}/epoch_text.pth.tar' is not a checkpoint main.py wrote (its epoch is "
+            "'1', not a count)"
+        ],
+    ),
     Case("momentum-nan", ["--momentum", "nan"], ["--momentum nan must be a finite number"]),
-    Case("config-control-character", ["--config", "{d}/control.yaml"],
-         ["has unknown option(s): \\x1e;"]),
+    Case(
+        "config-control-character",
+        ["--config", "{d}/control.yaml"],
+        ["has unknown option(s): \\x1e;"],
+    ),
 ]
 BY_ID = {case.id: case for case in CASES}
 assert len(BY_ID) == len(CASES)
@@ -321,8 +591,14 @@ def run_main(argv, env=None, fake_npu=False, cwd=None):
     environ = clean_environ(**(env or {}))
     if fake_npu:
         environ["PYTHONPATH"] = os.pathsep.join([FAKE_NPU, environ["PYTHONPATH"]])
-    return subprocess.run([sys.executable, MAIN, *argv], env=environ, cwd=cwd,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, MAIN, *argv],
+        env=environ,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def run_case(case, d):
@@ -342,9 +618,13 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def outcomes(request, files):
     """{case id: future of its CompletedProcess} for the cases this session runs."""
-    wanted = [item.callspec.params["case_id"] for item in request.session.items
-              if item.module.__name__ == __name__ and hasattr(item, "callspec")
-              and "case_id" in item.callspec.params]
+    wanted = [
+        item.callspec.params["case_id"]
+        for item in request.session.items
+        if item.module.__name__ == __name__
+        and hasattr(item, "callspec")
+        and "case_id" in item.callspec.params
+    ]
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1))
     futures = {case_id: pool.submit(run_case, BY_ID[case_id], files) for case_id in wanted}
     yield futures
@@ -369,6 +649,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, file
         pytest.skip("this torch has an accelerator")
     if case_id in ("npu-not-installed", "ascend-visible-unordered"):
         from devicekit.kinds.npu import NpuKind
+
         if NpuKind.is_installed():
             pytest.skip("torch_npu is installed here")
     result = outcomes[case_id].result(timeout=TIMEOUT_S * 2)
@@ -381,14 +662,33 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, file
 
 # -- a corrupt image is not a usage error: skipped with a warning naming it -------------------
 
+
 def test_corrupt_image_is_skipped_with_a_warning_and_training_completes(tmp_path):
     data = make_data_dir(tmp_path / "data", per_class=2)
     bad = tmp_path / "data" / "train" / "a" / "1.png"
     bad.write_bytes(b"this is not a png")
     out = tmp_path / "out"
     # 4 training images, batch 2, no step cap: every image is read once.
-    result = run_main(["-a", "tinynet", "--num-classes", "2", "--image-size", "32", "-b", "2",
-                       "--epochs", "1", "-j", "0", "--output-dir", str(out), data], cwd=tmp_path)
+    result = run_main(
+        [
+            "-a",
+            "tinynet",
+            "--num-classes",
+            "2",
+            "--image-size",
+            "32",
+            "-b",
+            "2",
+            "--epochs",
+            "1",
+            "-j",
+            "0",
+            "--output-dir",
+            str(out),
+            data,
+        ],
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     warnings_ = [line for line in result.stderr.splitlines() if "skipping unreadable image" in line]
@@ -397,6 +697,7 @@ def test_corrupt_image_is_skipped_with_a_warning_and_training_completes(tmp_path
 
 
 # -- devicekit.checkpoint units -------------------------------------------------------------
+
 
 def test_save_atomic_failure_midway_keeps_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pth.tar"
@@ -464,7 +765,8 @@ def test_load_state_dict_into_mismatch_names_the_keys():
     assert message.endswith("; check --arch and --num-classes")
     with pytest.raises(UsageError, match=r"2 wrong shape \(e\.g\. fc\.bias\)"):
         checkpoint.load_state_dict_into(
-            model, models.create("tinynet", num_classes=5).state_dict(), "src")
+            model, models.create("tinynet", num_classes=5).state_dict(), "src"
+        )
 
 
 def test_load_state_dict_into_accepts_a_ddp_prefix():
@@ -474,15 +776,24 @@ def test_load_state_dict_into_accepts_a_ddp_prefix():
     assert all(torch.equal(model.state_dict()[k], v) for k, v in source.items())
 
 
-@pytest.mark.parametrize("name,needle", [
-    ("random.pth.tar", "is corrupt or not written by torch.save (weights_only=True unpickling "
-                       "failed: Unsupported operand"),
-    ("truncated.pth.tar", "is truncated or not a PyTorch checkpoint (PytorchStreamReader failed "
-                          "reading zip archive: failed finding central directory)"),
-    ("empty.pth.tar", "is truncated or not a PyTorch checkpoint (EOFError)"),
-    ("evil_torch.pth.tar", "holds objects other than tensors"),
-    ("evil_pickle.pth.tar", "holds objects other than tensors"),
-])
+@pytest.mark.parametrize(
+    "name,needle",
+    [
+        (
+            "random.pth.tar",
+            "is corrupt or not written by torch.save (weights_only=True unpickling "
+            "failed: Unsupported operand",
+        ),
+        (
+            "truncated.pth.tar",
+            "is truncated or not a PyTorch checkpoint (PytorchStreamReader failed "
+            "reading zip archive: failed finding central directory)",
+        ),
+        ("empty.pth.tar", "is truncated or not a PyTorch checkpoint (EOFError)"),
+        ("evil_torch.pth.tar", "holds objects other than tensors"),
+        ("evil_pickle.pth.tar", "holds objects other than tensors"),
+    ],
+)
 def test_load_refuses_bad_files_in_one_line(files, name, needle):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's own warnings would be a second line
@@ -533,8 +844,15 @@ def test_resume_with_another_optimizers_state_names_the_optimizer(tmp_path):
     torch.save(dict(saved, optimizer=adam.state_dict()), path)
     sgd = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
     with pytest.raises(UsageError) as error:
-        state.resume(path, "tinynet", model, sgd, state.make_scheduler(sgd, 2, 0, "step", 2),
-                     torch.amp.GradScaler("cpu", enabled=False))
+        state.resume(
+            path,
+            "tinynet",
+            model,
+            sgd,
+            state.make_scheduler(sgd, 2, 0, "step", 2),
+            torch.amp.GradScaler("cpu", enabled=False),
+        )
     assert str(error.value).startswith(
         f"--resume {path!r}: its optimizer state does not fit this run (ValueError: "
-        "it has no momentum)")
+        "it has no momentum)"
+    )

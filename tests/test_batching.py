@@ -13,7 +13,9 @@ def test_even_split_and_workers_round_up():
 
 
 def test_size_that_does_not_divide_names_the_nearest_valid_sizes():
-    with pytest.raises(UsageError, match="--batch-size 100 does not divide over 8 .* use 96 or 104"):
+    with pytest.raises(
+        UsageError, match="--batch-size 100 does not divide over 8 .* use 96 or 104"
+    ):
         split_per_process(100, 4, 8)
 
 
@@ -22,8 +24,10 @@ def test_batch_smaller_than_processes():
         split_per_process(4, 4, 8)
 
 
-@pytest.mark.parametrize("batch,workers,match", [(0, 1, "--batch-size 0"), (-4, 1, "--batch-size -4"),
-                                                 (8, -1, "--workers -1")])
+@pytest.mark.parametrize(
+    "batch,workers,match",
+    [(0, 1, "--batch-size 0"), (-4, 1, "--batch-size -4"), (8, -1, "--workers -1")],
+)
 def test_nonsense_values(batch, workers, match):
     with pytest.raises(UsageError, match=match):
         split_per_process(batch, workers, 2)

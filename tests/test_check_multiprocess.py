@@ -33,8 +33,14 @@ LAUNCHERS = ["torchrun", "launch", "spawn", "env", "env-legacy-local-rank", "asc
 # The LaunchContext.mode each start reports. The legacy `--local_rank N` argument is what
 # torch 1.x's torch.distributed.launch appended (without exporting LOCAL_RANK), so
 # devicekit labels it "launch" -- it cannot tell that from a hand-written loop.
-EXPECTED_MODE = {"torchrun": "torchrun", "launch": "launch", "spawn": "spawn", "env": "env",
-                 "env-legacy-local-rank": "launch", "ascend": "ascend"}
+EXPECTED_MODE = {
+    "torchrun": "torchrun",
+    "launch": "launch",
+    "spawn": "spawn",
+    "env": "env",
+    "env-legacy-local-rank": "launch",
+    "ascend": "ascend",
+}
 
 
 def child_env(**extra):
@@ -53,8 +59,9 @@ def start_env_ranks(procs, argv_for_rank, env_for_rank, nprocs=NPROC, name="rank
 
 
 def loop_env(port, i, local_rank=True):
-    extra = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=NPROC, RANK=i,
-                 LOCAL_WORLD_SIZE=NPROC)
+    extra = dict(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=NPROC, RANK=i, LOCAL_WORLD_SIZE=NPROC
+    )
     if local_rank:
         extra["LOCAL_RANK"] = i
     return child_env(**extra)
@@ -66,30 +73,56 @@ def run_launcher(name, directory):
     with Processes(directory) as procs:
         if name in ("torchrun", "launch", "spawn"):
             if name == "torchrun":
-                argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc-per-node", str(NPROC), "-m", "devicekit", *CHECK_ARGS]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node",
+                    str(NPROC),
+                    "-m",
+                    "devicekit",
+                    *CHECK_ARGS,
+                ]
             elif name == "launch":
                 # Its static rendezvous defaults to port 29500: give it a free one.
-                argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node",
-                        str(NPROC), "--master_addr", "127.0.0.1", "--master_port",
-                        str(find_free_port()), "-m", "devicekit", *CHECK_ARGS]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.launch",
+                    "--nproc_per_node",
+                    str(NPROC),
+                    "--master_addr",
+                    "127.0.0.1",
+                    "--master_port",
+                    str(find_free_port()),
+                    "-m",
+                    "devicekit",
+                    *CHECK_ARGS,
+                ]
             else:
                 argv = devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", str(NPROC))
             started = [procs.start(name, argv, child_env())]
         else:
             port = find_free_port()
             if name == "env":
-                started = start_env_ranks(procs, lambda i: devicekit_cmd(*CHECK_ARGS),
-                                          lambda i: loop_env(port, i))
+                started = start_env_ranks(
+                    procs, lambda i: devicekit_cmd(*CHECK_ARGS), lambda i: loop_env(port, i)
+                )
             elif name == "env-legacy-local-rank":
                 started = start_env_ranks(
-                    procs, lambda i: devicekit_cmd("--local_rank", str(i), *CHECK_ARGS),
-                    lambda i: loop_env(port, i, local_rank=False))
+                    procs,
+                    lambda i: devicekit_cmd("--local_rank", str(i), *CHECK_ARGS),
+                    lambda i: loop_env(port, i, local_rank=False),
+                )
             else:  # ascend
                 started = start_env_ranks(
-                    procs, lambda i: devicekit_cmd(*CHECK_ARGS),
-                    lambda i: child_env(RANK_ID=i, RANK_SIZE=NPROC, MASTER_ADDR="127.0.0.1",
-                                        MASTER_PORT=port))
+                    procs,
+                    lambda i: devicekit_cmd(*CHECK_ARGS),
+                    lambda i: child_env(
+                        RANK_ID=i, RANK_SIZE=NPROC, MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+                    ),
+                )
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     for result in results:
         assert result.returncode == 0, describe(results)
@@ -120,10 +153,15 @@ def launcher_runs(tmp_path_factory):
 def correctness(report):
     """The part of a report that must not depend on how the ranks were started."""
     return {
-        "ok": report["ok"], "world_size": report["world_size"], "nnodes": report["nnodes"],
-        "backend": report["backend"], "device": report["device"], "checks": report["checks"],
-        "ranks": [{key: entry[key] for key in ("rank", "local_rank", "ok")}
-                  for entry in report["ranks"]],
+        "ok": report["ok"],
+        "world_size": report["world_size"],
+        "nnodes": report["nnodes"],
+        "backend": report["backend"],
+        "device": report["device"],
+        "checks": report["checks"],
+        "ranks": [
+            {key: entry[key] for key in ("rank", "local_rank", "ok")} for entry in report["ranks"]
+        ],
     }
 
 
@@ -137,10 +175,17 @@ def test_check_passes_under_launcher(launcher, launcher_runs):
     assert report["backend"] == "gloo"
     assert report["device"] == "cpu"
     assert report["launcher"] == EXPECTED_MODE[launcher]
-    assert report["checks"] == ["all_gather", "all_reduce_max", "all_reduce_sum", "barrier",
-                                "broadcast"]
+    assert report["checks"] == [
+        "all_gather",
+        "all_reduce_max",
+        "all_reduce_sum",
+        "barrier",
+        "broadcast",
+    ]
     assert [(e["rank"], e["local_rank"], e["ok"], e["failed"]) for e in report["ranks"]] == [
-        (0, 0, True, []), (1, 1, True, [])]
+        (0, 0, True, []),
+        (1, 1, True, []),
+    ]
     sizes = [row["bytes"] for row in report["bandwidth"]]
     assert sizes and sizes[-1] <= MAX_BYTES and sizes == sorted(sizes)
     for row in report["bandwidth"]:
@@ -163,8 +208,9 @@ def test_every_launcher_reports_the_same_correctness(launcher_runs):
 def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
     port = find_free_port()
     with Processes(tmp_path) as procs:
-        started = start_env_ranks(procs, lambda i: [sys.executable, str(HELPER_DISAGREE)],
-                                  lambda i: loop_env(port, i))
+        started = start_env_ranks(
+            procs, lambda i: [sys.executable, str(HELPER_DISAGREE)], lambda i: loop_env(port, i)
+        )
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     for result in results:
         assert result.returncode not in (0, None), describe(results)
@@ -182,8 +228,10 @@ def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
 def test_master_port_in_use_is_one_clear_line(tmp_path):
     with taken_port() as port, Processes(tmp_path) as procs:
         started = start_env_ranks(
-            procs, lambda i: devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "10"),
-            lambda i: loop_env(port, i))
+            procs,
+            lambda i: devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "10"),
+            lambda i: loop_env(port, i),
+        )
         # Only rank 0 is judged. Rank 1 connects to the holder, which never answers
         # torch's TCPStore handshake; it can block there regardless of --dist-timeout,
         # so it is killed when this block ends instead of being waited for.
@@ -200,8 +248,9 @@ def test_master_port_in_use_is_one_clear_line(tmp_path):
 def test_a_rank_that_never_arrives_times_out(tmp_path):
     port = find_free_port()
     with Processes(tmp_path) as procs:
-        rank0 = procs.start("rank0", devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "5"),
-                            loop_env(port, 0))
+        rank0 = procs.start(
+            "rank0", devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "5"), loop_env(port, 0)
+        )
         result = procs.finish(rank0, FAIL_TIMEOUT_S)
     assert result.returncode == 2, describe([result])
     assert result.seconds < FAIL_TIMEOUT_S
@@ -214,8 +263,9 @@ def test_a_rank_that_never_arrives_times_out(tmp_path):
 
 def test_check_refuses_a_single_rank(tmp_path):
     with Processes(tmp_path) as procs:
-        proc = procs.start("single", devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", "1"),
-                           child_env())
+        proc = procs.start(
+            "single", devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", "1"), child_env()
+        )
         result = procs.finish(proc, FAIL_TIMEOUT_S)
     assert result.returncode == 2, describe([result])
     assert "Traceback" not in result.stderr

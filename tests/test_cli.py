@@ -12,8 +12,13 @@ from conftest import clean_environ
 
 
 def devicekit_cli(*args, **env):
-    return subprocess.run([sys.executable, "-m", "devicekit", *args], env=clean_environ(**env),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "devicekit", *args],
+        env=clean_environ(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_doctor_json_explains_this_machine():
@@ -27,13 +32,21 @@ def test_doctor_json_explains_this_machine():
     assert info["next"] == "python -m devicekit check --nproc-per-node 2"
     assert info["problems"] == []
     assert set(info["hccl"]) >= {"HCCL_CONNECT_TIMEOUT", "HCCL_IF_IP"}
-    assert set(info["visible_devices"]) == {"ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
-                                            "ZE_AFFINITY_MASK"}
+    assert set(info["visible_devices"]) == {
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "ZE_AFFINITY_MASK",
+    }
 
 
 def test_doctor_sees_the_launcher_and_reports_problems():
-    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500",
-           "TORCHELASTIC_RUN_ID": "x"}
+    env = {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "x",
+    }
     result = devicekit_cli("doctor", **env)
     assert result.returncode == 2
     assert "launcher     torchrun" in result.stdout
@@ -47,18 +60,41 @@ def test_doctor_human_report_names_the_choice():
     assert "next         python -m devicekit check --nproc-per-node 2" in result.stdout
 
 
-@pytest.mark.parametrize("args,env,needle", [
-    (["check", "--device", "tpu"], {}, "unknown device 'tpu'"),
-    (["check", "--device", "cuda"], {}, "no CUDA support"),
-    (["check"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": "1"},
-     "MASTER_ADDR is not set"),
-    (["check"], {"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": "1"}, "RANK=2 is not below WORLD_SIZE=2"),
-    (["check", "--nproc-per-node", "2"], {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
-     "drop --nproc-per-node"),
-    (["check", "--dist-timeout", "0", "--nproc-per-node", "2"], {}, "--dist-timeout 0"),
-])
+@pytest.mark.parametrize(
+    "args,env,needle",
+    [
+        (["check", "--device", "tpu"], {}, "unknown device 'tpu'"),
+        (["check", "--device", "cuda"], {}, "no CUDA support"),
+        (
+            ["check"],
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": "1"},
+            "MASTER_ADDR is not set",
+        ),
+        (
+            ["check"],
+            {
+                "RANK": "2",
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": "0",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "1",
+            },
+            "RANK=2 is not below WORLD_SIZE=2",
+        ),
+        (
+            ["check", "--nproc-per-node", "2"],
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "1",
+                "LOCAL_RANK": "0",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "1",
+            },
+            "drop --nproc-per-node",
+        ),
+        (["check", "--dist-timeout", "0", "--nproc-per-node", "2"], {}, "--dist-timeout 0"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(args, env, needle):
     result = devicekit_cli(*args, **env)
     assert result.returncode == 2, result.stderr

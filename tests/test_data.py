@@ -15,10 +15,22 @@ from PIL import Image
 from conftest import ROOT, clean_environ
 from devicekit.errors import UsageError
 from trainer import demo_data
-from trainer.data import (IMAGENET_MEAN, IMAGENET_STD, DummyImageNet, ImageFolder,
-                          RandomHorizontalFlip, RandomResizedCrop, build_datasets,
-                          check_data_dir, check_num_classes, decode, normalize, resize_uint8,
-                          train_transform, val_transform)
+from trainer.data import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    DummyImageNet,
+    ImageFolder,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    build_datasets,
+    check_data_dir,
+    check_num_classes,
+    decode,
+    normalize,
+    resize_uint8,
+    train_transform,
+    val_transform,
+)
 from trainer.demo_data import MARKER, SHAPES, make_demo_dataset
 from trainer.options import parse_args
 
@@ -42,6 +54,7 @@ def make_data_dir(root, train_classes=("cat", "dog"), val_classes=("cat", "dog")
 
 
 # --------------------------------------------------------------------- dummy data
+
 
 def test_dummy_is_a_function_of_index_and_seed():
     first, second = DummyImageNet(100, 10, 24, seed=3), DummyImageNet(100, 10, 24, seed=3)
@@ -71,6 +84,7 @@ def test_dummy_train_and_val_differ():
 
 # --------------------------------------------------------------------- normalize
 
+
 def test_normalize_matches_hand_computation():
     batch = torch.tensor([0, 51, 255, 128], dtype=torch.uint8).view(1, 1, 2, 2).repeat(2, 3, 1, 1)
     out = normalize(batch)
@@ -97,6 +111,7 @@ def test_normalize_keeps_memory_format_and_device():
 
 # --------------------------------------------------------------------- image folder
 
+
 def test_image_folder_classes_sorted_and_labels(tmp_path):
     root = make_tree(str(tmp_path / "data"), classes=("zebra", "ant", "mole"))
     write_image(str(tmp_path / "data" / "ant" / "UPPER.JPG"))
@@ -105,11 +120,19 @@ def test_image_folder_classes_sorted_and_labels(tmp_path):
     dataset = ImageFolder(root)
     assert dataset.classes == ["ant", "mole", "zebra"]
     assert dataset.class_to_idx == {"ant": 0, "mole": 1, "zebra": 2}
-    names = [(os.path.relpath(path, root), label)
-             for path, label in map(dataset.sample, range(len(dataset)))]
-    assert names == [("ant/UPPER.JPG", 0), ("ant/img0.png", 0), ("ant/img1.png", 0),
-                     ("mole/img0.png", 1), ("mole/img1.png", 1),
-                     ("zebra/img0.png", 2), ("zebra/img1.png", 2)]
+    names = [
+        (os.path.relpath(path, root), label)
+        for path, label in map(dataset.sample, range(len(dataset)))
+    ]
+    assert names == [
+        ("ant/UPPER.JPG", 0),
+        ("ant/img0.png", 0),
+        ("ant/img1.png", 0),
+        ("mole/img0.png", 1),
+        ("mole/img1.png", 1),
+        ("zebra/img0.png", 2),
+        ("zebra/img1.png", 2),
+    ]
     assert dataset.targets.tolist() == [0, 0, 0, 1, 1, 2, 2]
     image, label = dataset[3]
     assert label == 1 and image.dtype == torch.uint8 and image.shape == (3, 9, 12)
@@ -135,9 +158,11 @@ def test_image_folder_holds_no_python_object_per_file(tmp_path):
             assert value.dtype != object, name
     assert isinstance(dataset.targets, np.ndarray)
     assert dataset.targets.tolist() == [0] * 30 + [1] * 31 + [2] * 31
-    expected = [(os.path.join(root, name, file), label)
-                for label, name in enumerate("abc")
-                for file in sorted(os.listdir(os.path.join(root, name)))]
+    expected = [
+        (os.path.join(root, name, file), label)
+        for label, name in enumerate("abc")
+        for file in sorted(os.listdir(os.path.join(root, name)))
+    ]
     assert [dataset.sample(index) for index in range(len(dataset))] == expected
     assert dataset[60][0][:, 0, 0].tolist() == [5, 6, 7]  # b/über.png, the last of b
     assert dataset[61][0][:, 0, 0].tolist() == [8, 9, 10]  # c/caf\xe9.png, the first of c
@@ -155,8 +180,11 @@ def test_image_folder_errors(tmp_path):
         ImageFolder(str(tmp_path / "flat"))
     root = make_tree(str(tmp_path / "data"))
     os.makedirs(os.path.join(root, "cat2"))
-    with pytest.raises(UsageError, match=r"class folder .*data/cat2 has no images \(.jpg/.jpeg/"
-                                         r".png.*add images or remove the folder"):
+    with pytest.raises(
+        UsageError,
+        match=r"class folder .*data/cat2 has no images \(.jpg/.jpeg/"
+        r".png.*add images or remove the folder",
+    ):
         ImageFolder(root)
 
 
@@ -196,6 +224,7 @@ def test_wrap_around_and_nothing_readable(tmp_path, capsys):
 
 # --------------------------------------------------------------------- build_datasets
 
+
 def test_build_datasets_real_folders(tmp_path):
     data = make_data_dir(tmp_path / "data")
     train, val = build_datasets(data, False, 16, 2, seed=0)
@@ -214,8 +243,11 @@ def test_build_datasets_errors(tmp_path):
         build_datasets(missing, False, 16, 2, seed=0)
     only_train = tmp_path / "only_train"
     make_tree(str(only_train / "train"))
-    with pytest.raises(UsageError, match=r"only_train' has no val/ folder: expected "
-                                         r"DIR/train/<class>/\*.jpg.*--dummy"):
+    with pytest.raises(
+        UsageError,
+        match=r"only_train' has no val/ folder: expected "
+        r"DIR/train/<class>/\*.jpg.*--dummy",
+    ):
         build_datasets(str(only_train), False, 16, 2, seed=0)
     only_val = tmp_path / "only_val"
     make_tree(str(only_val / "val"))
@@ -241,8 +273,10 @@ def test_check_data_dir_wants_one_batch_of_training_images(tmp_path):
     assert check_data_dir(data, False, batch_size=4) == folders
     with pytest.raises(UsageError) as error:
         check_data_dir(data, False, batch_size=5)
-    assert str(error.value) == (f"data directory {data!r} has 4 training images, fewer than one "
-                                "batch of --batch-size 5: lower --batch-size or add images")
+    assert str(error.value) == (
+        f"data directory {data!r} has 4 training images, fewer than one "
+        "batch of --batch-size 5: lower --batch-size or add images"
+    )
     # Counting stops at the class folder that completes a batch: a later empty one is left
     # to ImageFolder, and named when the count reaches it.
     os.makedirs(os.path.join(data, "train", "eel"))
@@ -256,16 +290,23 @@ def test_symlink_loops_are_one_usage_error_naming_the_path(tmp_path):
     data = make_data_dir(tmp_path / "data")
     loop = os.path.join(data, "train", "cat", "loop.png")
     os.symlink("loop.png", loop)
-    for check in (lambda: ImageFolder(os.path.join(data, "train")),
-                  lambda: check_data_dir(data, False, batch_size=4)):
+    for check in (
+        lambda: ImageFolder(os.path.join(data, "train")),
+        lambda: check_data_dir(data, False, batch_size=4),
+    ):
         with pytest.raises(UsageError) as error:
             check()
-        assert str(error.value) == (f"data path {loop} cannot be read (Too many levels of "
-                                    "symbolic links): fix it or remove it")
+        assert str(error.value) == (
+            f"data path {loop} cannot be read (Too many levels of "
+            "symbolic links): fix it or remove it"
+        )
     looped = tmp_path / "looped"
     os.symlink("looped", looped)
-    with pytest.raises(UsageError, match=r"data directory '.*looped' cannot be opened \(Too "
-                                         r"many levels of symbolic links\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"data directory '.*looped' cannot be opened \(Too "
+        r"many levels of symbolic links\)",
+    ):
         check_data_dir(str(looped), False)
     with pytest.raises(UsageError, match=r"image folder '.*looped' cannot be opened"):
         ImageFolder(str(looped))
@@ -282,6 +323,7 @@ def test_check_num_classes(tmp_path):
 
 
 # --------------------------------------------------------------------- transforms
+
 
 def gradient_image(width=40, height=30):
     x = np.arange(width, dtype=np.uint8)[None, :, None] * 5
@@ -356,9 +398,14 @@ def smooth_jpeg(path, size=(500, 375)):
 
 def test_decode_reduces_an_undecoded_jpeg_only_as_far_as_asked(tmp_path):
     path = smooth_jpeg(str(tmp_path / "photo.jpg"))
-    for at_least, factor, size in (((120, 90), 4, (125, 94)), ((100, 40), 4, (125, 94)),
-                                   ((200, 150), 2, (250, 188)), ((60, 40), 8, (63, 47)),
-                                   ((300, 100), 1, (500, 375)), (None, 1, (500, 375))):
+    for at_least, factor, size in (
+        ((120, 90), 4, (125, 94)),
+        ((100, 40), 4, (125, 94)),
+        ((200, 150), 2, (250, 188)),
+        ((60, 40), 8, (63, 47)),
+        ((300, 100), 1, (500, 375)),
+        (None, 1, (500, 375)),
+    ):
         with Image.open(path) as image:
             decoded, got = decode(image, at_least)
             assert (got, decoded.size, decoded.mode) == (factor, size, "RGB"), at_least
@@ -392,11 +439,11 @@ def test_reduced_decode_keeps_the_crops_and_flips_and_nearly_the_pixels(tmp_path
             reduced = transform(image)
         assert torch.equal(torch.get_rng_state(), after_full), seed
         with Image.open(path) as image:
-            factor = decode(image, (math.ceil(500 * size / width),
-                                    math.ceil(375 * size / height)))[1]
+            factor = decode(image, (math.ceil(500 * size / width), math.ceil(375 * size / height)))[
+                1
+            ]
         reduced_count += factor > 1
-        box = [round(edge / factor) * factor
-               for edge in (left, top, left + width, top + height)]
+        box = [round(edge / factor) * factor for edge in (left, top, left + width, top + height)]
         full = resize_uint8(full_image.crop(box), size)
         full = full.flip(-1) if flip else full
         assert reduced.shape == full.shape == (3, size, size) and reduced.dtype == torch.uint8
@@ -433,6 +480,7 @@ def test_val_transform_resizes_shorter_side_then_center_crops():
 
 # --------------------------------------------------------------------- the training recipe
 
+
 def test_recipe_options_reach_the_training_samples(tmp_path):
     """--crop-scale, --no-flip and --no-augment as build_datasets applies them: on a square
     image, crops of the whole area leave only the flip to chance."""
@@ -453,8 +501,9 @@ def test_recipe_options_reach_the_training_samples(tmp_path):
     assert all(torch.equal(image, whole[0]) for image in whole)
     flipped, _ = samples(crop_scale=(1.0, 1.0))
     assert {torch.equal(image, whole[0]) for image in flipped} == {True, False}
-    assert all(torch.equal(image, whole[0]) or torch.equal(image, whole[0].flip(-1))
-               for image in flipped)
+    assert all(
+        torch.equal(image, whole[0]) or torch.equal(image, whole[0].flip(-1)) for image in flipped
+    )
     reference, _ = samples()  # 0.08-1 of the area: other crops
     assert sum(torch.equal(image, whole[0]) for image in reference) < 4
     plain, val = samples(augment=False)  # the validation transform
@@ -478,16 +527,22 @@ def test_recipe_flags_and_yaml_keys(tmp_path):
     assert parse_args(out + ["--config", str(config)]).augment is False
 
 
-@pytest.mark.parametrize("argv, yaml_text, message", [
-    (["--crop-scale", "0", "1"], None, "--crop-scale 0 1 must satisfy 0 < MIN <= MAX <= 1"),
-    (["--crop-scale", "0.9", "0.5"], None, "--crop-scale 0.9 0.5 must satisfy"),
-    (["--crop-scale", "0.5", "1.5"], None, "--crop-scale 0.5 1.5 must satisfy"),
-    (["--crop-scale", "0.5", "1", "--no-augment"], None,
-     "--crop-scale 0.5 1 does nothing with --no-augment"),
-    ([], "crop-scale: 0.5\n", "crop-scale: 0.5 is not a list of 2 values, [MIN, MAX]"),
-    ([], "crop-scale: [0.5, big]\n", "crop-scale: 'big' is not a number"),
-    ([], "flip: no thanks\n", "flip: 'no thanks' is not true or false"),
-])
+@pytest.mark.parametrize(
+    "argv, yaml_text, message",
+    [
+        (["--crop-scale", "0", "1"], None, "--crop-scale 0 1 must satisfy 0 < MIN <= MAX <= 1"),
+        (["--crop-scale", "0.9", "0.5"], None, "--crop-scale 0.9 0.5 must satisfy"),
+        (["--crop-scale", "0.5", "1.5"], None, "--crop-scale 0.5 1.5 must satisfy"),
+        (
+            ["--crop-scale", "0.5", "1", "--no-augment"],
+            None,
+            "--crop-scale 0.5 1 does nothing with --no-augment",
+        ),
+        ([], "crop-scale: 0.5\n", "crop-scale: 0.5 is not a list of 2 values, [MIN, MAX]"),
+        ([], "crop-scale: [0.5, big]\n", "crop-scale: 'big' is not a number"),
+        ([], "flip: no thanks\n", "flip: 'no thanks' is not true or false"),
+    ],
+)
 def test_bad_recipe_values_are_one_usage_error(tmp_path, argv, yaml_text, message):
     if yaml_text is not None:
         (tmp_path / "recipe.yaml").write_text(yaml_text)
@@ -498,21 +553,39 @@ def test_bad_recipe_values_are_one_usage_error(tmp_path, argv, yaml_text, messag
 
 
 def test_bad_crop_scale_exits_2_with_one_line(tmp_path):
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--dummy",
-                             "--crop-scale", "0", "1", "--output-dir", str(tmp_path)],
-                            env=clean_environ(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "main.py"),
+            "--dummy",
+            "--crop-scale",
+            "0",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: --crop-scale 0 1 must satisfy 0 < MIN <= MAX <= 1 (fractions of the image's "
-        "area)"]
+        "error: --crop-scale 0 1 must satisfy 0 < MIN <= MAX <= 1 (fractions of the image's area)"
+    ]
 
 
 # --------------------------------------------------------------------- demo data
 
+
 def test_demo_dataset_tree_and_second_call_is_a_no_op(tmp_path, capsys):
     root = str(tmp_path / "demo")
-    assert make_demo_dataset(root, num_classes=3, train_per_class=3, val_per_class=2,
-                             image_size=32, seed=1) == root
+    assert (
+        make_demo_dataset(
+            root, num_classes=3, train_per_class=3, val_per_class=2, image_size=32, seed=1
+        )
+        == root
+    )
     assert sorted(os.listdir(root)) == sorted([MARKER, "train", "val"])
     assert sorted(os.listdir(tmp_path)) == ["demo"]  # no temporary folder left behind
     for split, count in (("train", 3), ("val", 2)):
@@ -520,16 +593,24 @@ def test_demo_dataset_tree_and_second_call_is_a_no_op(tmp_path, capsys):
         for shape in SHAPES[:3]:
             files = sorted(os.listdir(os.path.join(root, split, shape)))
             assert len(files) == count and all(name.endswith(".png") for name in files)
-    first = os.path.join(root, "train", SHAPES[0], os.listdir(os.path.join(root, "train",
-                                                                           SHAPES[0]))[0])
+    first = os.path.join(
+        root, "train", SHAPES[0], os.listdir(os.path.join(root, "train", SHAPES[0]))[0]
+    )
     with Image.open(first) as image:
         assert image.size == (32, 32) and image.mode == "RGB"
-    before = {path: os.stat(os.path.join(dirpath, path)).st_mtime_ns
-              for dirpath, _, files in os.walk(root) for path in files}
-    make_demo_dataset(root, num_classes=3, train_per_class=3, val_per_class=2, image_size=32,
-                      seed=1)
-    after = {path: os.stat(os.path.join(dirpath, path)).st_mtime_ns
-             for dirpath, _, files in os.walk(root) for path in files}
+    before = {
+        path: os.stat(os.path.join(dirpath, path)).st_mtime_ns
+        for dirpath, _, files in os.walk(root)
+        for path in files
+    }
+    make_demo_dataset(
+        root, num_classes=3, train_per_class=3, val_per_class=2, image_size=32, seed=1
+    )
+    after = {
+        path: os.stat(os.path.join(dirpath, path)).st_mtime_ns
+        for dirpath, _, files in os.walk(root)
+        for path in files
+    }
     assert before == after
     train, val = build_datasets(root, False, 24, 3, seed=0)
     assert train.classes == list(SHAPES[:3]) and len(train) == 9 and len(val) == 6
@@ -537,10 +618,22 @@ def test_demo_dataset_tree_and_second_call_is_a_no_op(tmp_path, capsys):
 
 
 def test_demo_dataset_is_deterministic_and_refuses_foreign_folders(tmp_path):
-    a = make_demo_dataset(str(tmp_path / "a"), num_classes=2, train_per_class=1,
-                          val_per_class=1, image_size=24, seed=7)
-    b = make_demo_dataset(str(tmp_path / "b"), num_classes=2, train_per_class=1,
-                          val_per_class=1, image_size=24, seed=7)
+    a = make_demo_dataset(
+        str(tmp_path / "a"),
+        num_classes=2,
+        train_per_class=1,
+        val_per_class=1,
+        image_size=24,
+        seed=7,
+    )
+    b = make_demo_dataset(
+        str(tmp_path / "b"),
+        num_classes=2,
+        train_per_class=1,
+        val_per_class=1,
+        image_size=24,
+        seed=7,
+    )
     name = os.path.join("train", SHAPES[1], f"{SHAPES[1]}_00000.png")
     with Image.open(os.path.join(a, name)) as first, Image.open(os.path.join(b, name)) as second:
         assert np.array_equal(np.array(first), np.array(second))

@@ -10,11 +10,25 @@ import pytest
 
 from devicekit import doctor, environments
 from devicekit.environments import (
-    ALL_VARIABLES, ENVIRONMENTS, VARIABLES, LaunchOptions, launcher_of, resolve_launch)
+    ALL_VARIABLES,
+    ENVIRONMENTS,
+    VARIABLES,
+    LaunchOptions,
+    launcher_of,
+    resolve_launch,
+)
 from devicekit.errors import UsageError
+
 # The namespaces, the marked-process harness and the hard time limit of the two-node test.
 from test_faults import (  # noqa: F401  (fixtures are used by name)
-    GONE_BOUND_S, PY, Tracked, _hard_time_limit, run_8p_on_two_nodes, time_limit, two_namespaces)
+    GONE_BOUND_S,
+    PY,
+    Tracked,
+    _hard_time_limit,
+    run_8p_on_two_nodes,
+    time_limit,
+    two_namespaces,
+)
 
 
 class FakeAccelerator:
@@ -40,36 +54,81 @@ def resolve(environ, kind=EIGHT, **options):
 
 
 def who(ctx):
-    return (ctx.mode, ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size,
-            ctx.node_rank, ctx.nnodes, ctx.device_index)
+    return (
+        ctx.mode,
+        ctx.rank,
+        ctx.local_rank,
+        ctx.world_size,
+        ctx.local_world_size,
+        ctx.node_rank,
+        ctx.nnodes,
+        ctx.device_index,
+    )
 
 
 # -- the registry --------------------------------------------------------------------------------
 
+
 def test_detection_order_is_the_stated_one():
     assert [env.name for env in ENVIRONMENTS] == [
-        "deepspeed", "launch", "torchrun", "pytorchjob", "env", "rank_table", "ascend", "mpi",
-        "mpich", "slurm", "spawn", "cli", "single"]
+        "deepspeed",
+        "launch",
+        "torchrun",
+        "pytorchjob",
+        "env",
+        "rank_table",
+        "ascend",
+        "mpi",
+        "mpich",
+        "slurm",
+        "spawn",
+        "cli",
+        "single",
+    ]
     assert list(VARIABLES) == [env.name for env in ENVIRONMENTS]
-    assert {"SLURM_STEP_NODELIST", "CROSS_SIZE", "RANK_TABLE_FILE", "PMI_RANK",
-            "KUBERNETES_SERVICE_HOST", "TORCHELASTIC_RUN_ID"} <= set(ALL_VARIABLES)
+    assert {
+        "SLURM_STEP_NODELIST",
+        "CROSS_SIZE",
+        "RANK_TABLE_FILE",
+        "PMI_RANK",
+        "KUBERNETES_SERVICE_HOST",
+        "TORCHELASTIC_RUN_ID",
+    } <= set(ALL_VARIABLES)
 
 
-@pytest.mark.parametrize("environ", [
-    {}, {"WORLD_SIZE": "abc"}, {"SLURM_NTASKS": "x", "SLURM_PROCID": "0"},
-    {"RANK_TABLE_FILE": "/nonexistent.json", "RANK_ID": "0"}, {"OMPI_COMM_WORLD_SIZE": ""},
-    {"PMI_SIZE": "4", "MPI_LOCALRANKID": "oops"}, {"KUBERNETES_PORT": "tcp://x", "RANK": "-"}])
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"WORLD_SIZE": "abc"},
+        {"SLURM_NTASKS": "x", "SLURM_PROCID": "0"},
+        {"RANK_TABLE_FILE": "/nonexistent.json", "RANK_ID": "0"},
+        {"OMPI_COMM_WORLD_SIZE": ""},
+        {"PMI_SIZE": "4", "MPI_LOCALRANKID": "oops"},
+        {"KUBERNETES_PORT": "tcp://x", "RANK": "-"},
+    ],
+)
 def test_detection_reads_only_and_never_raises(environ):
     assert environments.detect(environ=environ) in ENVIRONMENTS
 
 
 # -- torchrun, torch.distributed.launch, a shell loop: 2 nodes x 8 ---------------------------------
 
-TORCHRUN_2X8 = {"RANK": "11", "LOCAL_RANK": "3", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
-                "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "11",
-                "ROLE_WORLD_SIZE": "16", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400",
-                "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-                "TORCHELASTIC_RUN_ID": "job7"}
+TORCHRUN_2X8 = {
+    "RANK": "11",
+    "LOCAL_RANK": "3",
+    "WORLD_SIZE": "16",
+    "LOCAL_WORLD_SIZE": "8",
+    "GROUP_RANK": "1",
+    "GROUP_WORLD_SIZE": "2",
+    "ROLE_RANK": "11",
+    "ROLE_WORLD_SIZE": "16",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29400",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_MAX_RESTARTS": "0",
+    "TORCHELASTIC_RUN_ID": "job7",
+}
 
 
 def test_torchrun_two_nodes_joins_the_agents_store():
@@ -84,25 +143,40 @@ def test_torch_distributed_launch_is_told_apart_by_its_argument():
 
 
 def test_a_shell_loop_meets_in_devicekits_rendezvous():
-    loop = {name: TORCHRUN_2X8[name] for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE",
-                                                  "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                                  "MASTER_PORT")}
+    loop = {
+        name: TORCHRUN_2X8[name]
+        for name in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        )
+    }
     ctx = resolve(dict(loop, NODE_RANK="1"))
     assert who(ctx) == ("env", 11, 3, 16, 8, 1, 2, 3)
     assert not ctx.launcher_store and ctx.init_method == "tcp://10.0.0.1:29400"
 
 
-@pytest.mark.parametrize("environ, named", [
-    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not an integer"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not an integer"),
-    ({"LOCAL_RANK": "0", "MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a TCP port"),
-    ({"RANK": "1", "GROUP_RANK": "one"}, "GROUP_RANK='one' is not an integer"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "zero"},
-     "SLURM_LOCALID='zero' is not an integer"),
-    ({"RANK_ID": "x", "RANK_SIZE": "8"}, "RANK_ID='x' is not an integer"),
-    ({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "-1"},
-     "OMPI_COMM_WORLD_LOCAL_SIZE=-1 must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "environ, named",
+    [
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not an integer"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not an integer"),
+        ({"LOCAL_RANK": "0", "MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a TCP port"),
+        ({"RANK": "1", "GROUP_RANK": "one"}, "GROUP_RANK='one' is not an integer"),
+        (
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "zero"},
+            "SLURM_LOCALID='zero' is not an integer",
+        ),
+        ({"RANK_ID": "x", "RANK_SIZE": "8"}, "RANK_ID='x' is not an integer"),
+        (
+            {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "-1"},
+            "OMPI_COMM_WORLD_LOCAL_SIZE=-1 must be at least 1",
+        ),
+    ],
+)
 def test_a_malformed_variable_is_named_before_a_missing_one(environ, named):
     with pytest.raises(UsageError, match="^" + re.escape(named)):
         resolve(environ)
@@ -112,9 +186,17 @@ def test_a_malformed_variable_is_named_before_a_missing_one(environ, named):
 
 # deepspeed/launcher/launch.py: per process RANK and LOCAL_RANK; per node WORLD_SIZE,
 # CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, MASTER_ADDR, MASTER_PORT; and --local_rank=N appended.
-DEEPSPEED_2X8 = {"RANK": "11", "LOCAL_RANK": "3", "WORLD_SIZE": "16", "LOCAL_SIZE": "8",
-                 "CROSS_RANK": "1", "CROSS_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
-                 "MASTER_PORT": "29500", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+DEEPSPEED_2X8 = {
+    "RANK": "11",
+    "LOCAL_RANK": "3",
+    "WORLD_SIZE": "16",
+    "LOCAL_SIZE": "8",
+    "CROSS_RANK": "1",
+    "CROSS_SIZE": "2",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+    "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+}
 
 
 def test_deepspeed_two_nodes_of_eight_is_not_one_node_of_sixteen():
@@ -130,13 +212,19 @@ def test_deepspeed_hostfile_with_unequal_slots():
     assert who(resolve(environ)) == ("deepspeed", 9, 1, 12, 4, 1, 2, 1)
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"CROSS_RANK": None}, "CROSS_RANK is not set: DeepSpeed's launcher exports RANK, "
-                           "WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK"),
-    ({"CROSS_RANK": "2"}, "CROSS_RANK=2 is not below CROSS_SIZE=2"),
-    ({"LOCAL_RANK": "8"}, "LOCAL_RANK=8 is not below LOCAL_SIZE=8"),
-    ({"MASTER_ADDR": None}, "MASTER_ADDR is not set: DeepSpeed's launcher exports"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {"CROSS_RANK": None},
+            "CROSS_RANK is not set: DeepSpeed's launcher exports RANK, "
+            "WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK",
+        ),
+        ({"CROSS_RANK": "2"}, "CROSS_RANK=2 is not below CROSS_SIZE=2"),
+        ({"LOCAL_RANK": "8"}, "LOCAL_RANK=8 is not below LOCAL_SIZE=8"),
+        ({"MASTER_ADDR": None}, "MASTER_ADDR is not set: DeepSpeed's launcher exports"),
+    ],
+)
 def test_deepspeed_mistakes(change, says):
     environ = {k: v for k, v in dict(DEEPSPEED_2X8, **change).items() if v is not None}
     with pytest.raises(UsageError, match="^" + re.escape(says)):
@@ -153,17 +241,26 @@ def test_deepspeed_local_rank_argument_must_agree():
 # What the training operator gives a worker pod (pkg/controller.v1/pytorch/envvar.go):
 # MASTER_ADDR/MASTER_PORT, WORLD_SIZE (all replicas), RANK (master 0, worker i -> i + 1),
 # PYTHONUNBUFFERED; Kubernetes adds KUBERNETES_SERVICE_HOST/PORT to every pod.
-PYTORCHJOB_WORKER = {"MASTER_ADDR": "mnist-master-0", "MASTER_PORT": "23456",
-                     "WORLD_SIZE": "4", "RANK": "2", "PYTHONUNBUFFERED": "0",
-                     "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
-                     "KUBERNETES_PORT": "tcp://10.96.0.1:443"}
+PYTORCHJOB_WORKER = {
+    "MASTER_ADDR": "mnist-master-0",
+    "MASTER_PORT": "23456",
+    "WORLD_SIZE": "4",
+    "RANK": "2",
+    "PYTHONUNBUFFERED": "0",
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+    "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+}
 
 
 def test_pytorchjob_one_process_per_pod():
     ctx = resolve(PYTORCHJOB_WORKER)
     assert who(ctx) == ("pytorchjob", 2, 0, 4, 1, 2, 4, 0)
-    assert (ctx.master_addr, ctx.master_port, ctx.launcher_store) == ("mnist-master-0", 23456,
-                                                                      False)
+    assert (ctx.master_addr, ctx.master_port, ctx.launcher_store) == (
+        "mnist-master-0",
+        23456,
+        False,
+    )
 
 
 def test_pytorchjob_that_expects_torchrun_says_so():
@@ -184,14 +281,28 @@ def test_outside_kubernetes_a_missing_local_rank_is_still_named():
 
 # -- Ascend rank table --------------------------------------------------------------------------
 
+
 def rank_table(servers=2, devices=8, **top):
     """A rank table as CANN documents it (version 1.0): every value a string."""
-    table = {"status": "completed", "version": "1.0", "server_count": str(servers),
-             "server_list": [
-                 {"server_id": f"10.0.0.{s + 1}",
-                  "device": [{"device_id": str(d), "device_ip": f"192.168.{s}.{d + 8}",
-                              "rank_id": str(s * devices + d)} for d in range(devices)]}
-                 for s in range(servers)]}
+    table = {
+        "status": "completed",
+        "version": "1.0",
+        "server_count": str(servers),
+        "server_list": [
+            {
+                "server_id": f"10.0.0.{s + 1}",
+                "device": [
+                    {
+                        "device_id": str(d),
+                        "device_ip": f"192.168.{s}.{d + 8}",
+                        "rank_id": str(s * devices + d),
+                    }
+                    for d in range(devices)
+                ],
+            }
+            for s in range(servers)
+        ],
+    }
     table.update(top)
     return table
 
@@ -202,6 +313,7 @@ def table_file(tmp_path):
         path = tmp_path / "rank_table.json"
         path.write_text(table if isinstance(table, str) else json.dumps(table))
         return str(path)
+
     return write
 
 
@@ -233,8 +345,9 @@ def test_rank_table_device_ids_follow_the_visible_devices(table_file):
     environ = {"RANK_TABLE_FILE": table_file(table), "RANK_ID": "2"}
     assert resolve(dict(environ, ASCEND_RT_VISIBLE_DEVICES="4,5,6,7")).device_index == 2
     assert resolve(environ).device_index == 6
-    with pytest.raises(UsageError, match="device_id 6, which ASCEND_RT_VISIBLE_DEVICES='4,5' "
-                                         "hides"):
+    with pytest.raises(
+        UsageError, match="device_id 6, which ASCEND_RT_VISIBLE_DEVICES='4,5' hides"
+    ):
         resolve(dict(environ, ASCEND_RT_VISIBLE_DEVICES="4,5"))
 
 
@@ -253,50 +366,81 @@ def _no_device_ip(table):
     return table
 
 
-@pytest.mark.parametrize("table, says", [
-    (rank_table(), r"lists 16 devices but RANK_SIZE=8: under a rank table RANK_SIZE is the "
-                   r"number of ranks of all servers"),
-    ("{\"server_count\": \"2\",", r"is not valid JSON at line 1"),
-    (rank_table(server_count="3"), r"server_count is \"3\" but server_list has 2 server\(s\)"),
-    (_duplicate_rank(rank_table()), r"rank_id \"3\" is listed twice \(server_list\[0\]\.device"
-                                    r"\[3\] and server_list\[1\]\.device\[0\]\)"),
-    (_number_rank(rank_table()), r"server_list\[0\]\.device\[1\]\.rank_id is 1, a number: the "
-                                 r"rank table holds strings, write \"1\""),
-    (_no_device_ip(rank_table()), r"server_list\[1\]\.device\[2\]\.device_ip is missing"),
-    (rank_table(status="initializing"), r"has status 'initializing': a rank table is usable "
-                                        r"once its status is \"completed\""),
-    ([1, 2], r"holds list, not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        (
+            rank_table(),
+            r"lists 16 devices but RANK_SIZE=8: under a rank table RANK_SIZE is the "
+            r"number of ranks of all servers",
+        ),
+        ('{"server_count": "2",', r"is not valid JSON at line 1"),
+        (rank_table(server_count="3"), r"server_count is \"3\" but server_list has 2 server\(s\)"),
+        (
+            _duplicate_rank(rank_table()),
+            r"rank_id \"3\" is listed twice \(server_list\[0\]\.device"
+            r"\[3\] and server_list\[1\]\.device\[0\]\)",
+        ),
+        (
+            _number_rank(rank_table()),
+            r"server_list\[0\]\.device\[1\]\.rank_id is 1, a number: the "
+            r"rank table holds strings, write \"1\"",
+        ),
+        (_no_device_ip(rank_table()), r"server_list\[1\]\.device\[2\]\.device_ip is missing"),
+        (
+            rank_table(status="initializing"),
+            r"has status 'initializing': a rank table is usable "
+            r"once its status is \"completed\"",
+        ),
+        ([1, 2], r"holds list, not a JSON object"),
+    ],
+)
 def test_a_bad_rank_table_is_one_line(table_file, table, says):
     path = table_file(table)
-    with pytest.raises(UsageError,
-                       match=r"^RANK_TABLE_FILE='.*rank_table\.json'.*" + says) as raised:
+    with pytest.raises(
+        UsageError, match=r"^RANK_TABLE_FILE='.*rank_table\.json'.*" + says
+    ) as raised:
         resolve({"RANK_TABLE_FILE": path, "RANK_ID": "0", "RANK_SIZE": "8"})
     assert "\n" not in str(raised.value)
 
 
 def test_rank_table_missing_file_and_foreign_rank(table_file):
-    with pytest.raises(UsageError, match=r"^RANK_TABLE_FILE='/no/such.json' cannot be read "
-                                         r"\(No such file or directory\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"^RANK_TABLE_FILE='/no/such.json' cannot be read "
+        r"\(No such file or directory\)",
+    ):
         resolve({"RANK_TABLE_FILE": "/no/such.json", "RANK_ID": "0"})
-    with pytest.raises(UsageError, match=r"^RANK_ID=16 is not a rank_id of RANK_TABLE_FILE="
-                                         r".*: its ranks run from 0 to 15"):
+    with pytest.raises(
+        UsageError,
+        match=r"^RANK_ID=16 is not a rank_id of RANK_TABLE_FILE="
+        r".*: its ranks run from 0 to 15",
+    ):
         resolve({"RANK_TABLE_FILE": table_file(rank_table()), "RANK_ID": "16"})
 
 
 # -- Open MPI, MPICH / Intel MPI ---------------------------------------------------------------
 
-OPEN_MPI_2X8 = {"OMPI_COMM_WORLD_RANK": "11", "OMPI_COMM_WORLD_SIZE": "16",
-                "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
-                "OMPI_COMM_WORLD_NODE_RANK": "3", "OMPI_UNIVERSE_SIZE": "16"}
-MPICH_2X8 = {"PMI_RANK": "11", "PMI_SIZE": "16", "MPI_LOCALRANKID": "3", "MPI_LOCALNRANKS": "8",
-             "PMI_FD": "6"}
+OPEN_MPI_2X8 = {
+    "OMPI_COMM_WORLD_RANK": "11",
+    "OMPI_COMM_WORLD_SIZE": "16",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
+    "OMPI_COMM_WORLD_NODE_RANK": "3",
+    "OMPI_UNIVERSE_SIZE": "16",
+}
+MPICH_2X8 = {
+    "PMI_RANK": "11",
+    "PMI_SIZE": "16",
+    "MPI_LOCALRANKID": "3",
+    "MPI_LOCALNRANKS": "8",
+    "PMI_FD": "6",
+}
 
 
 @pytest.mark.parametrize("environ, mode", [(OPEN_MPI_2X8, "mpi"), (MPICH_2X8, "mpich")])
 def test_mpi_two_nodes(environ, mode):
-    with pytest.raises(UsageError, match="2-node run needs the address of node 0: set "
-                                         "MASTER_ADDR"):
+    with pytest.raises(UsageError, match="2-node run needs the address of node 0: set MASTER_ADDR"):
         resolve(environ)
     ctx = resolve(dict(environ, MASTER_ADDR="10.0.0.1"))
     assert who(ctx) == (mode, 11, 3, 16, 8, 1, 2, 3)
@@ -305,8 +449,14 @@ def test_mpi_two_nodes(environ, mode):
 
 # mpirun inside a Slurm job starts its daemons with srun: each rank inherits its daemon's
 # SLURM_PROCID (the node's index) and SLURM_NTASKS (the node count).
-SLURM_DAEMON = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
-                "SLURM_NODEID": "1", "SLURM_JOB_ID": "81", "SLURM_JOB_NODELIST": "n[1-2]"}
+SLURM_DAEMON = {
+    "SLURM_PROCID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_ID": "81",
+    "SLURM_JOB_NODELIST": "n[1-2]",
+}
 
 
 @pytest.mark.parametrize("environ, mode", [(OPEN_MPI_2X8, "mpi"), (MPICH_2X8, "mpich")])
@@ -324,12 +474,22 @@ def test_srun_with_pmi2_is_slurm():
 
 # What srun gives task 11 of `srun -N 2 --ntasks-per-node 8` in job 4242137 (the step's own
 # layout and node list first, the job's after them).
-SLURM_2X8 = {"SLURM_PROCID": "11", "SLURM_LOCALID": "3", "SLURM_NODEID": "1",
-             "SLURM_NTASKS": "16", "SLURM_NPROCS": "16", "SLURM_NNODES": "2",
-             "SLURM_STEP_TASKS_PER_NODE": "8(x2)", "SLURM_TASKS_PER_NODE": "8(x2)",
-             "SLURM_NTASKS_PER_NODE": "8", "SLURM_STEP_NODELIST": "gpu-a[07-08]",
-             "SLURM_JOB_NODELIST": "gpu-a[07-08],gpu-b2", "SLURM_STEP_ID": "0",
-             "SLURM_JOB_ID": "4242137", "SLURMD_NODENAME": "gpu-a08"}
+SLURM_2X8 = {
+    "SLURM_PROCID": "11",
+    "SLURM_LOCALID": "3",
+    "SLURM_NODEID": "1",
+    "SLURM_NTASKS": "16",
+    "SLURM_NPROCS": "16",
+    "SLURM_NNODES": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+    "SLURM_TASKS_PER_NODE": "8(x2)",
+    "SLURM_NTASKS_PER_NODE": "8",
+    "SLURM_STEP_NODELIST": "gpu-a[07-08]",
+    "SLURM_JOB_NODELIST": "gpu-a[07-08],gpu-b2",
+    "SLURM_STEP_ID": "0",
+    "SLURM_JOB_ID": "4242137",
+    "SLURMD_NODENAME": "gpu-a08",
+}
 
 
 def test_slurm_two_nodes_without_master_addr():
@@ -353,65 +513,112 @@ def test_slurm_job_node_list_when_the_step_has_none():
 
 
 def test_slurm_one_node_uses_loopback():
-    environ = dict(SLURM_2X8, SLURM_PROCID="3", SLURM_NODEID="0", SLURM_NTASKS="8",
-                   SLURM_STEP_TASKS_PER_NODE="8")
+    environ = dict(
+        SLURM_2X8,
+        SLURM_PROCID="3",
+        SLURM_NODEID="0",
+        SLURM_NTASKS="8",
+        SLURM_STEP_TASKS_PER_NODE="8",
+    )
     ctx = resolve(environ)
     assert (ctx.nnodes, ctx.master_addr, ctx.master_port) == (1, "127.0.0.1", 17137)
 
 
-@pytest.mark.parametrize("node_list, first", [
-    ("node[01-04,07],gpu-b2", "node01"), ("gpu[008-010]", "gpu008"), ("n7", "n7"),
-    ("rack[2-3]-n[09-10]", "rack2-n09"), ("10.1.2.[3-4]", "10.1.2.3"),
-    ("a[7,1-2],b", "a7"), ("login.cluster.org,n1", "login.cluster.org")])
+@pytest.mark.parametrize(
+    "node_list, first",
+    [
+        ("node[01-04,07],gpu-b2", "node01"),
+        ("gpu[008-010]", "gpu008"),
+        ("n7", "n7"),
+        ("rack[2-3]-n[09-10]", "rack2-n09"),
+        ("10.1.2.[3-4]", "10.1.2.3"),
+        ("a[7,1-2],b", "a7"),
+        ("login.cluster.org,n1", "login.cluster.org"),
+    ],
+)
 def test_slurm_node_list_forms(node_list, first):
     assert resolve(dict(SLURM_2X8, SLURM_STEP_NODELIST=node_list)).master_addr == first
 
 
-@pytest.mark.parametrize("node_list, reason", [
-    ("node[01-04", "a '[' without ']'"), ("node01]", "a ']' without '['"),
-    ("node[0[1-2]]", "a '[' inside brackets"), ("node[04-01]", "the range 04-01 runs backwards"),
-    ("node[a-b]", "[a-b] holds 'a-b', not a number"), ("node[1,,2]", "[1,,2] holds ''"),
-    ("n1,,n2", "an empty host name"), ("node 1", "'node 1' is not a host name"),
-    ("4(x2)", "'4(x2)' is not a host name")])
+@pytest.mark.parametrize(
+    "node_list, reason",
+    [
+        ("node[01-04", "a '[' without ']'"),
+        ("node01]", "a ']' without '['"),
+        ("node[0[1-2]]", "a '[' inside brackets"),
+        ("node[04-01]", "the range 04-01 runs backwards"),
+        ("node[a-b]", "[a-b] holds 'a-b', not a number"),
+        ("node[1,,2]", "[1,,2] holds ''"),
+        ("n1,,n2", "an empty host name"),
+        ("node 1", "'node 1' is not a host name"),
+        ("4(x2)", "'4(x2)' is not a host name"),
+    ],
+)
 def test_a_node_list_that_does_not_parse_is_one_line(node_list, reason):
     with pytest.raises(UsageError) as raised:
         resolve(dict(SLURM_2X8, SLURM_STEP_NODELIST=node_list))
     assert str(raised.value).startswith(
-        f"SLURM_STEP_NODELIST={node_list!r} is not a Slurm node list ({reason}")
+        f"SLURM_STEP_NODELIST={node_list!r} is not a Slurm node list ({reason}"
+    )
     assert "node[01-04,07],gpu-b2" in str(raised.value) and "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("layout, procid, nodeid, localid, expected", [
-    ("4", "5", "1", "1", (5, 1, 8, 4, 1, 2)),
-    ("4(x2)", "5", "1", "1", (5, 1, 8, 4, 1, 2)),
-    ("4(x2),3", "9", "2", "1", (9, 1, 11, 3, 2, 3)),  # the third node runs 3 tasks
-])
+@pytest.mark.parametrize(
+    "layout, procid, nodeid, localid, expected",
+    [
+        ("4", "5", "1", "1", (5, 1, 8, 4, 1, 2)),
+        ("4(x2)", "5", "1", "1", (5, 1, 8, 4, 1, 2)),
+        ("4(x2),3", "9", "2", "1", (9, 1, 11, 3, 2, 3)),  # the third node runs 3 tasks
+    ],
+)
 def test_slurm_tasks_per_node_forms(layout, procid, nodeid, localid, expected):
-    ntasks = str(sum(int(n) * int(x or 1) for n, x in re.findall(r"(\d+)(?:\(x(\d+)\))?",
-                                                                 layout)))
+    ntasks = str(sum(int(n) * int(x or 1) for n, x in re.findall(r"(\d+)(?:\(x(\d+)\))?", layout)))
     if layout == "4":
         ntasks = "8"  # one count: every node runs it
-    environ = {"SLURM_PROCID": procid, "SLURM_LOCALID": localid, "SLURM_NODEID": nodeid,
-               "SLURM_NTASKS": ntasks, "SLURM_NTASKS_PER_NODE": layout,
-               "SLURM_JOB_NODELIST": "n[1-3]"}
+    environ = {
+        "SLURM_PROCID": procid,
+        "SLURM_LOCALID": localid,
+        "SLURM_NODEID": nodeid,
+        "SLURM_NTASKS": ntasks,
+        "SLURM_NTASKS_PER_NODE": layout,
+        "SLURM_JOB_NODELIST": "n[1-3]",
+    }
     ctx = resolve(environ)
-    assert (ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size, ctx.node_rank,
-            ctx.nnodes) == expected
+    assert (
+        ctx.rank,
+        ctx.local_rank,
+        ctx.world_size,
+        ctx.local_world_size,
+        ctx.node_rank,
+        ctx.nnodes,
+    ) == expected
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"SLURM_STEP_TASKS_PER_NODE": "8(x2"},
-     "SLURM_STEP_TASKS_PER_NODE='8(x2' is not Slurm's tasks-per-node form (e.g. 4, 4(x2) or "
-     "4(x2),3)"),
-    ({"SLURM_STEP_TASKS_PER_NODE": "8,7"}, "SLURM_STEP_TASKS_PER_NODE='8,7' adds up to 15 "
-                                           "tasks but SLURM_NTASKS=16"),
-    ({"SLURM_STEP_TASKS_PER_NODE": "5"}, "SLURM_NTASKS=16 is not a multiple of "
-                                         "SLURM_STEP_TASKS_PER_NODE=5"),
-    ({"SLURM_NODEID": "2"}, "SLURM_NODEID=2 is not below the 2 node(s) that "
-                            "SLURM_STEP_TASKS_PER_NODE='8(x2)' describes"),
-    ({"SLURM_PROCID": "16"}, "SLURM_PROCID=16 is not below SLURM_NTASKS=16"),
-    ({"SLURM_JOB_ID": "job"}, "SLURM_JOB_ID='job' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {"SLURM_STEP_TASKS_PER_NODE": "8(x2"},
+            "SLURM_STEP_TASKS_PER_NODE='8(x2' is not Slurm's tasks-per-node form (e.g. 4, 4(x2) or "
+            "4(x2),3)",
+        ),
+        (
+            {"SLURM_STEP_TASKS_PER_NODE": "8,7"},
+            "SLURM_STEP_TASKS_PER_NODE='8,7' adds up to 15 tasks but SLURM_NTASKS=16",
+        ),
+        (
+            {"SLURM_STEP_TASKS_PER_NODE": "5"},
+            "SLURM_NTASKS=16 is not a multiple of SLURM_STEP_TASKS_PER_NODE=5",
+        ),
+        (
+            {"SLURM_NODEID": "2"},
+            "SLURM_NODEID=2 is not below the 2 node(s) that "
+            "SLURM_STEP_TASKS_PER_NODE='8(x2)' describes",
+        ),
+        ({"SLURM_PROCID": "16"}, "SLURM_PROCID=16 is not below SLURM_NTASKS=16"),
+        ({"SLURM_JOB_ID": "job"}, "SLURM_JOB_ID='job' is not an integer"),
+    ],
+)
 def test_slurm_mistakes(change, says):
     with pytest.raises(UsageError, match="^" + re.escape(says)):
         resolve(dict(SLURM_2X8, **change))
@@ -419,17 +626,29 @@ def test_slurm_mistakes(change, says):
 
 # -- which launcher, as doctor and launch() ask ------------------------------------------------
 
-@pytest.mark.parametrize("environ, name", [
-    (TORCHRUN_2X8, "torchrun"), (DEEPSPEED_2X8, "deepspeed"), (PYTORCHJOB_WORKER, "pytorchjob"),
-    ({"RANK": "0"}, "env"), ({"RANK_ID": "0", "RANK_SIZE": "8"}, "ascend"),
-    ({"RANK_ID": "0", "RANK_TABLE_FILE": "t.json"}, "rank_table"), (OPEN_MPI_2X8, "mpi"),
-    (MPICH_2X8, "mpich"), (SLURM_2X8, "slurm"), ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),
-    ({}, None)])
+
+@pytest.mark.parametrize(
+    "environ, name",
+    [
+        (TORCHRUN_2X8, "torchrun"),
+        (DEEPSPEED_2X8, "deepspeed"),
+        (PYTORCHJOB_WORKER, "pytorchjob"),
+        ({"RANK": "0"}, "env"),
+        ({"RANK_ID": "0", "RANK_SIZE": "8"}, "ascend"),
+        ({"RANK_ID": "0", "RANK_TABLE_FILE": "t.json"}, "rank_table"),
+        (OPEN_MPI_2X8, "mpi"),
+        (MPICH_2X8, "mpich"),
+        (SLURM_2X8, "slurm"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),
+        ({}, None),
+    ],
+)
 def test_launcher_of(environ, name):
     assert launcher_of(environ) == name
 
 
 # -- doctor ------------------------------------------------------------------------------------
+
 
 def test_doctor_names_the_environment_and_the_variables_it_read(monkeypatch):
     for name, value in SLURM_2X8.items():
@@ -439,18 +658,25 @@ def test_doctor_names_the_environment_and_the_variables_it_read(monkeypatch):
     assert info["launcher"] == "slurm"
     assert info["launch_environment"]["SLURM_STEP_NODELIST"] == "gpu-a[07-08]"
     assert "SLURM_CPUS_ON_NODE" not in info["launch_environment"]
-    assert info["launch_context"].startswith("slurm: rank 11/16, local rank 3/8, node 1/2, "
-                                             "master gpu-a07:17137")
+    assert info["launch_context"].startswith(
+        "slurm: rank 11/16, local rank 3/8, node 1/2, master gpu-a07:17137"
+    )
     report = doctor.format_report(info)
     assert "launcher     slurm, from SLURM_PROCID=11, SLURM_NTASKS=16, SLURM_LOCALID=3" in report
 
 
-@pytest.mark.parametrize("environ", [
-    {"WORLD_SIZE": "abc"}, {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
-    dict(SLURM_2X8, SLURM_STEP_NODELIST="node[01-"), dict(DEEPSPEED_2X8, CROSS_SIZE="x"),
-    {"RANK_TABLE_FILE": "/no/such.json", "RANK_ID": "0"},
-    {"PMI_SIZE": "4", "PMI_RANK": "0", "MPI_LOCALRANKID": "-1"},
-    {"ASCEND_RT_VISIBLE_DEVICES": "1,0", "ZE_AFFINITY_MASK": "0,a"}])
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"WORLD_SIZE": "abc"},
+        {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+        dict(SLURM_2X8, SLURM_STEP_NODELIST="node[01-"),
+        dict(DEEPSPEED_2X8, CROSS_SIZE="x"),
+        {"RANK_TABLE_FILE": "/no/such.json", "RANK_ID": "0"},
+        {"PMI_SIZE": "4", "PMI_RANK": "0", "MPI_LOCALRANKID": "-1"},
+        {"ASCEND_RT_VISIBLE_DEVICES": "1,0", "ZE_AFFINITY_MASK": "0,a"},
+    ],
+)
 def test_doctor_reports_a_bad_variable_instead_of_failing(monkeypatch, environ):
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -466,14 +692,20 @@ def test_doctor_finds_cann_without_importing_torch_npu(monkeypatch, tmp_path):
     toolkit = tmp_path / "Ascend" / "ascend-toolkit" / "latest"
     info_file = toolkit / f"{platform.machine()}-linux" / "ascend_toolkit_install.info"
     info_file.parent.mkdir(parents=True)
-    info_file.write_text("package_name=Ascend-cann-toolkit\nversion=8.5.0\n"
-                         "innerversion=V100R001C25\narch=x86_64\n")
+    info_file.write_text(
+        "package_name=Ascend-cann-toolkit\nversion=8.5.0\ninnerversion=V100R001C25\narch=x86_64\n"
+    )
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(toolkit))
     info = doctor.gather("cpu")
-    assert info["cann_install"] == {"version": "8.5.0", "path": str(toolkit),
-                                    "found_by": "ASCEND_TOOLKIT_HOME"}
-    assert f"CANN         8.5.0 at {toolkit} (found by ASCEND_TOOLKIT_HOME)" in \
-        doctor.format_report(info)
+    assert info["cann_install"] == {
+        "version": "8.5.0",
+        "path": str(toolkit),
+        "found_by": "ASCEND_TOOLKIT_HOME",
+    }
+    assert (
+        f"CANN         8.5.0 at {toolkit} (found by ASCEND_TOOLKIT_HOME)"
+        in doctor.format_report(info)
+    )
     monkeypatch.delenv("ASCEND_TOOLKIT_HOME")
     monkeypatch.setattr("devicekit.kinds.npu.CANN_INSTALL_INFO", str(tmp_path / "cann.info"))
     (tmp_path / "cann.info").write_text(f"Install_Path={tmp_path / 'Ascend'}\n")
@@ -486,7 +718,7 @@ def test_doctor_warns_about_a_small_dev_shm_and_a_mismatched_torch_npu(monkeypat
     info = doctor.gather("cpu")
     assert info["problems"] == []  # warnings do not block running
     shm, npu = sorted(info["warnings"], key=lambda text: not text.startswith("/dev/shm"))
-    assert shm.startswith("/dev/shm is 64 MiB: DataLoader workers die with \"bus error\"")
+    assert shm.startswith('/dev/shm is 64 MiB: DataLoader workers die with "bus error"')
     assert "--shm-size" in shm
     assert info["torch_npu"]["matches_torch"] is False
     assert npu.startswith("torch_npu 2.12.0 does not match torch 2.13")
@@ -496,14 +728,33 @@ def test_doctor_warns_about_a_small_dev_shm_and_a_mismatched_torch_npu(monkeypat
 
 # -- two nodes in network namespaces, started the Slurm way ---------------------------------------
 
-TINY = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "16",
-        "--epochs", "2", "--steps-per-epoch", "3", "--val-steps", "2", "-j", "0"]
+TINY = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "2",
+    "--steps-per-epoch",
+    "3",
+    "--val-steps",
+    "2",
+    "-j",
+    "0",
+]
 
 
 def _weights(text):
     """{rank: weights hash} from the `=> rank R/W done: weights H` lines of a log."""
-    return {int(rank): digest for rank, digest in
-            re.findall(r"^=> rank (\d+)/4 done: weights ([0-9a-f]+)$", text, re.M)}
+    return {
+        int(rank): digest
+        for rank, digest in re.findall(r"^=> rank (\d+)/4 done: weights ([0-9a-f]+)$", text, re.M)
+    }
 
 
 @pytest.mark.slow
@@ -516,21 +767,43 @@ def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
             node, local = divmod(rank, 2)
             # What srun exports to task `rank` of `srun -N 2 --ntasks-per-node 2`: no
             # MASTER_ADDR, no MASTER_PORT.
-            env = run.env(SLURM_PROCID=rank, SLURM_LOCALID=local, SLURM_NODEID=node,
-                          SLURM_NTASKS=4, SLURM_NPROCS=4, SLURM_NNODES=2,
-                          SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_TASKS_PER_NODE="2(x2)",
-                          SLURM_STEP_NODELIST=f"{subnet}.[1-2]",
-                          SLURM_JOB_NODELIST=f"{subnet}.[1-2]", SLURM_JOB_ID=31337,
-                          SLURM_STEP_ID=0)
-            run.start(f"task{rank}", ["ip", "netns", "exec", ns["names"][node], PY, "main.py",
-                                      *TINY, "--output-dir", tmp_path / f"slurm{node}"], env)
+            env = run.env(
+                SLURM_PROCID=rank,
+                SLURM_LOCALID=local,
+                SLURM_NODEID=node,
+                SLURM_NTASKS=4,
+                SLURM_NPROCS=4,
+                SLURM_NNODES=2,
+                SLURM_STEP_TASKS_PER_NODE="2(x2)",
+                SLURM_TASKS_PER_NODE="2(x2)",
+                SLURM_STEP_NODELIST=f"{subnet}.[1-2]",
+                SLURM_JOB_NODELIST=f"{subnet}.[1-2]",
+                SLURM_JOB_ID=31337,
+                SLURM_STEP_ID=0,
+            )
+            run.start(
+                f"task{rank}",
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns["names"][node],
+                    PY,
+                    "main.py",
+                    *TINY,
+                    "--output-dir",
+                    tmp_path / f"slurm{node}",
+                ],
+                env,
+            )
         slurm = [run.wait(f"task{rank}", 240)[0] for rank in range(4)]
         run.wait_all_gone(GONE_BOUND_S)
     everything = "\n".join(map(str, slurm))
     assert [result.returncode for result in slurm] == [0, 0, 0, 0], everything
     # node 0 is the node list's first host; the port 15000 + the job id's last four digits
-    assert (f"(slurm: rank 0/4, local rank 0/2, node 0/2, master {subnet}.1:16337)"
-            in slurm[0].stdout), everything
+    assert (
+        f"(slurm: rank 0/4, local rank 0/2, node 0/2, master {subnet}.1:16337)" in slurm[0].stdout
+    ), everything
     slurm_weights = {}
     for result in slurm:
         slurm_weights.update(_weights(result.stdout))
@@ -544,8 +817,9 @@ def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
     shell_weights = {}
     for node in (0, 1):
         for local in (0, 1):
-            shell_weights.update(_weights((tmp_path / f"logs{node}" / f"rank_{local}.log")
-                                          .read_text()))
+            shell_weights.update(
+                _weights((tmp_path / f"logs{node}" / f"rank_{local}.log").read_text())
+            )
     assert sorted(shell_weights) == [0, 1, 2, 3]
     assert len(set(slurm_weights.values())) == 1, slurm_weights
     assert slurm_weights == shell_weights

@@ -33,18 +33,34 @@ pytestmark = pytest.mark.slow
 EXAMPLES = {
     "spawn_config": ["--epochs", "1", "--batch-size", "{batch}", "--out", "{out}"],
     "launch_local_rank": ["--steps", "12", "--batch-size", "{batch}", "--out", "{out}"],
-    "gpt_pretrain": ["--iters", "8", "--batch-size", "{batch}", "--save-every", "4",
-                     "--no-amp", "--out", "{out}"],
+    "gpt_pretrain": [
+        "--iters",
+        "8",
+        "--batch-size",
+        "{batch}",
+        "--save-every",
+        "4",
+        "--no-amp",
+        "--out",
+        "{out}",
+    ],
     "finetune_sampler": ["--epochs", "1", "--batch-size", "{batch}", "--out", "{out}"],
 }
-GLOBAL_BATCH = {"spawn_config": 16, "launch_local_rank": 32, "gpt_pretrain": 8,
-                "finetune_sampler": 32}
+GLOBAL_BATCH = {
+    "spawn_config": 16,
+    "launch_local_rank": 32,
+    "gpt_pretrain": 8,
+    "finetune_sampler": 32,
+}
 # Without batch norm, in fp32, the data-parallel sum is the single-process one, up to the
 # order of float additions: (rtol, atol) per example. AdamW turns that rounding noise on
 # gradients that are zero in exact arithmetic (attention's key bias) into steps of the
 # learning rate's size, so the GPT's weights agree to 1e-3, not 1e-5.
-EQUIVALENT = {"spawn_config": (1e-4, 1e-5), "launch_local_rank": (1e-4, 1e-5),
-              "gpt_pretrain": (1e-3, 1e-3)}
+EQUIVALENT = {
+    "spawn_config": (1e-4, 1e-5),
+    "launch_local_rank": (1e-4, 1e-5),
+    "gpt_pretrain": (1e-3, 1e-3),
+}
 LAUNCHERS = ["python", "torchrun", "launch", "run_8p", "ascend"]
 DONE = re.compile(r"^rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
 
@@ -62,25 +78,62 @@ def start(procs, launcher, script, args, nproc, tmp_path, **extra):
     """Start `script` with `args` the way `launcher` does with `nproc` ranks; the processes."""
     script = str(REPO / "examples" / f"{script}.py")
     if launcher == "python":
-        return [procs.start("run", [PY, script, *args], env(DEVICEKIT_NPROC_PER_NODE=nproc,
-                                                           **extra))]
+        return [
+            procs.start("run", [PY, script, *args], env(DEVICEKIT_NPROC_PER_NODE=nproc, **extra))
+        ]
     if launcher == "torchrun":
-        return [procs.start("run", [PY, "-m", "torch.distributed.run", "--standalone",
-                                    "--nproc-per-node", str(nproc), script, *args], env(**extra))]
+        return [
+            procs.start(
+                "run",
+                [
+                    PY,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node",
+                    str(nproc),
+                    script,
+                    *args,
+                ],
+                env(**extra),
+            )
+        ]
     if launcher == "launch":  # appends --local-rank=N to each rank's arguments
-        return [procs.start("run", [PY, "-m", "torch.distributed.launch", "--nproc_per_node",
-                                    str(nproc), "--master_port", str(find_free_port()), script,
-                                    *args], env(**extra))]
+        return [
+            procs.start(
+                "run",
+                [
+                    PY,
+                    "-m",
+                    "torch.distributed.launch",
+                    "--nproc_per_node",
+                    str(nproc),
+                    "--master_port",
+                    str(find_free_port()),
+                    script,
+                    *args,
+                ],
+                env(**extra),
+            )
+        ]
     if launcher == "run_8p":
-        return [procs.start("run", ["bash", str(REPO / "launch" / "run_8p.sh"), *args],
-                            env(SCRIPT=script, NPROC_PER_NODE=nproc,
-                                LOG_DIR=tmp_path / "logs", **extra))]
+        return [
+            procs.start(
+                "run",
+                ["bash", str(REPO / "launch" / "run_8p.sh"), *args],
+                env(SCRIPT=script, NPROC_PER_NODE=nproc, LOG_DIR=tmp_path / "logs", **extra),
+            )
+        ]
     assert launcher == "ascend", launcher
     port = find_free_port()
-    return [procs.start(f"rank{i}", [PY, script, *args],
-                        env(RANK_ID=i, RANK_SIZE=nproc, MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT=port, **extra))
-            for i in range(nproc)]
+    return [
+        procs.start(
+            f"rank{i}",
+            [PY, script, *args],
+            env(RANK_ID=i, RANK_SIZE=nproc, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **extra),
+        )
+        for i in range(nproc)
+    ]
 
 
 def done_lines(results, tmp_path, launcher):
@@ -104,7 +157,8 @@ def run_example(name, launcher, nproc, tmp_path, batch=None):
     assert sorted(ranks) == list(range(nproc)), describe(results)
     assert {world for world, _ in ranks.values()} == {nproc}, ranks
     assert len({weights for _, weights in ranks.values()}) == 1, (
-        f"ranks ended with different weights: {ranks}")
+        f"ranks ended with different weights: {ranks}"
+    )
     assert out.is_file(), f"{out} was not written\n" + describe(results)
     return torch.load(out, weights_only=True), ranks
 
@@ -124,8 +178,9 @@ def test_two_ranks_with_half_the_batch_equal_one_rank(name, tmp_path):
     assert one.keys() == two.keys()
     rtol, atol = EQUIVALENT[name]
     for key in one:
-        torch.testing.assert_close(two[key], one[key], rtol=rtol, atol=atol,
-                                   msg=lambda m, key=key: f"{key}: {m}")
+        torch.testing.assert_close(
+            two[key], one[key], rtol=rtol, atol=atol, msg=lambda m, key=key: f"{key}: {m}"
+        )
 
 
 def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path):
@@ -137,8 +192,9 @@ def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path):
     with Processes(tmp_path / "resumed" / "processes") as procs:
         first = start(procs, "python", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path)
         assert procs.finish_all(first, RUN_TIMEOUT_S)[0].returncode == 0
-        second = start(procs, "torchrun", "gpt_pretrain", ["--iters", "8", "--resume", *common],
-                       2, tmp_path)
+        second = start(
+            procs, "torchrun", "gpt_pretrain", ["--iters", "8", "--resume", *common], 2, tmp_path
+        )
         results = procs.finish_all(second, RUN_TIMEOUT_S)
     assert results[0].returncode == 0, describe(results)
     resumed = torch.load(out, weights_only=True)
@@ -149,9 +205,13 @@ def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_a_rank_that_raises_stops_every_launcher(launcher, tmp_path):
-    fault = {"FAULT_KIND": "raise", "FAULT_TARGET": "optimizer", "FAULT_RANK": 1,
-             "FAULT_AT_STEP": 2,
-             "PYTHONPATH": f"{FAULT_DIR}:{clean_environ()['PYTHONPATH']}"}
+    fault = {
+        "FAULT_KIND": "raise",
+        "FAULT_TARGET": "optimizer",
+        "FAULT_RANK": 1,
+        "FAULT_AT_STEP": 2,
+        "PYTHONPATH": f"{FAULT_DIR}:{clean_environ()['PYTHONPATH']}",
+    }
     args = [a.format(batch=8, out=tmp_path / "x.pt") for a in EXAMPLES["spawn_config"]]
     with Processes(tmp_path / "processes") as procs:
         started = start(procs, launcher, "spawn_config", args, 2, tmp_path, **fault)

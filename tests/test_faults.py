@@ -49,11 +49,46 @@ FAULT_SEED = int(os.environ.get("DEVICEKIT_FAULT_SEED", random.randrange(1 << 30
 # Of 200 in epoch 0: mid-epoch, a few steps after rank 0 printed.
 FAULT_AT_STEP = random.Random(FAULT_SEED).randint(3, 12)
 # Long enough that the fault is mid-epoch; -j 1 so DataLoader worker processes exist.
-TRAIN_ARGS = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32",
-              "-b", "16", "--epochs", "50", "--steps-per-epoch", "200", "-j", "1", "-p", "1"]
-SHORT_ARGS = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32",
-              "-b", "16", "--epochs", "1", "--steps-per-epoch", "2", "--val-steps", "1",
-              "-j", "0", "-p", "1"]
+TRAIN_ARGS = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "50",
+    "--steps-per-epoch",
+    "200",
+    "-j",
+    "1",
+    "-p",
+    "1",
+]
+SHORT_ARGS = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "1",
+    "--steps-per-epoch",
+    "2",
+    "--val-steps",
+    "1",
+    "-j",
+    "0",
+    "-p",
+    "1",
+]
 
 START_TIMEOUT_S = 180  # until the fault fires (2 ranks starting on 2 busy cores)
 DETECT_BOUND_S = 60  # from the fault to the launcher's exit
@@ -63,8 +98,17 @@ DEFAULT_TIME_LIMIT_S = 300
 
 # Besides every launcher's variables (conftest.is_launcher_variable), what run_8p.sh, gloo
 # or an earlier fault run may have left in the test's own environment: none may leak.
-_STRIP = {"NNODES", "NODE_RANK", "NPROC_PER_NODE", "LOG_DIR", "BIND_CORES", "PYTHON",
-          "MAX_RESTARTS", "SCRIPT", "GLOO_SOCKET_IFNAME"}
+_STRIP = {
+    "NNODES",
+    "NODE_RANK",
+    "NPROC_PER_NODE",
+    "LOG_DIR",
+    "BIND_CORES",
+    "PYTHON",
+    "MAX_RESTARTS",
+    "SCRIPT",
+    "GLOO_SOCKET_IFNAME",
+}
 
 
 # -- a hard time limit per test ---------------------------------------------------------------
@@ -132,15 +176,19 @@ def marked_processes(marker, paths=()):
 def child_env(marker, fault=None, **extra):
     """os.environ without launch variables, repo importable (the fault injector first when
     `fault` is given), cpu forced, one thread per process, `marker`, plus `extra`."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in _STRIP and not k.startswith("FAULT_") and not is_launcher_variable(k)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _STRIP and not k.startswith("FAULT_") and not is_launcher_variable(k)
+    }
     path = [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if fault is not None:
         path.insert(0, str(FAULT_DIR))
         env.update({f"FAULT_{k.upper()}": str(v) for k, v in fault.items()})
     env["PYTHONPATH"] = os.pathsep.join(path)
-    env.update(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               FAULT_TEST_MARKER=marker)
+    env.update(
+        DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", FAULT_TEST_MARKER=marker
+    )
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -148,14 +196,21 @@ def child_env(marker, fault=None, **extra):
 class Finished:
     def __init__(self, name, returncode, stdout, stderr, seconds):
         self.name, self.returncode, self.stdout, self.stderr, self.seconds = (
-            name, returncode, stdout, stderr, seconds)
+            name,
+            returncode,
+            stdout,
+            stderr,
+            seconds,
+        )
 
     def stderr_lines(self):
         return [line for line in self.stderr.splitlines() if line.strip()]
 
     def __str__(self):
-        return (f"--- {self.name}: exit {self.returncode} after {self.seconds:.1f} s\n"
-                f"[stdout]\n{self.stdout[-6000:]}\n[stderr]\n{self.stderr[-6000:]}")
+        return (
+            f"--- {self.name}: exit {self.returncode} after {self.seconds:.1f} s\n"
+            f"[stdout]\n{self.stdout[-6000:]}\n[stderr]\n{self.stderr[-6000:]}"
+        )
 
 
 class Tracked:
@@ -179,11 +234,18 @@ class Tracked:
         return child_env(self.marker, fault, **extra)
 
     def start(self, name, argv, env, cwd=REPO):
-        out, err = (output_file(self.directory / f"{name}.{stream}")
-                    for stream in ("stdout", "stderr"))
-        proc = subprocess.Popen([str(a) for a in argv], env=env, cwd=cwd,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
+        out, err = (
+            output_file(self.directory / f"{name}.{stream}") for stream in ("stdout", "stderr")
+        )
+        proc = subprocess.Popen(
+            [str(a) for a in argv],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
         self._started[name] = (proc, out, err, time.monotonic())
         return proc
 
@@ -217,8 +279,9 @@ class Tracked:
                 return time.monotonic() - started
             if time.monotonic() - started > timeout:
                 listing = "\n".join(f"  {pid}: {cmd}" for pid, cmd in sorted(left.items()))
-                pytest.fail(f"processes of the run still alive {timeout} s after it ended:\n"
-                            f"{listing}")
+                pytest.fail(
+                    f"processes of the run still alive {timeout} s after it ended:\n{listing}"
+                )
             time.sleep(0.05)
 
     def kill_all(self):
@@ -299,31 +362,57 @@ def fault_table():
     if not rows:
         return
     rows.sort(key=lambda r: (LAUNCHERS.index(r["launcher"]), FAULT_KINDS.index(r["fault"])))
-    print(f"\n\nRank {FAULT_RANK} fails at training step {FAULT_AT_STEP} of epoch 0 "
-          f"({NPROC} ranks, gloo, CPU):")
-    print(f"{'launcher':<10} {'fault':<6} {'exit':>5} {'fault->launcher exit':>21} "
-          f"{'left at exit':>13} {'exit->all gone':>15}  reported")
+    print(
+        f"\n\nRank {FAULT_RANK} fails at training step {FAULT_AT_STEP} of epoch 0 "
+        f"({NPROC} ranks, gloo, CPU):"
+    )
+    print(
+        f"{'launcher':<10} {'fault':<6} {'exit':>5} {'fault->launcher exit':>21} "
+        f"{'left at exit':>13} {'exit->all gone':>15}  reported"
+    )
     for r in rows:
-        print(f"{r['launcher']:<10} {r['fault']:<6} {r['returncode']:>5} "
-              f"{r['detect_s']:>19.2f} s {r['left_at_exit']:>13} {r['gone_after_exit_s']:>13.2f} s"
-              f"  {r['reported']}")
+        print(
+            f"{r['launcher']:<10} {r['fault']:<6} {r['returncode']:>5} "
+            f"{r['detect_s']:>19.2f} s {r['left_at_exit']:>13} {r['gone_after_exit_s']:>13.2f} s"
+            f"  {r['reported']}"
+        )
     report = os.environ.get("DEVICEKIT_FAULT_REPORT")
     if report:
         with open(report, "w", encoding="utf-8") as handle:
-            json.dump({"fault_at_step": FAULT_AT_STEP, "nproc": NPROC, "rows": rows}, handle,
-                      indent=2)
+            json.dump(
+                {"fault_at_step": FAULT_AT_STEP, "nproc": NPROC, "rows": rows}, handle, indent=2
+            )
             handle.write("\n")
 
 
 def launcher_argv(launcher, out_dir):
     args = TRAIN_ARGS + ["--output-dir", out_dir]
     if launcher == "torchrun":
-        return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", NPROC,
-                "main.py", *args]
+        return [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            NPROC,
+            "main.py",
+            *args,
+        ]
     if launcher == "launch":
         # Its static rendezvous defaults to port 29500: give it a free one.
-        return [PY, "-m", "torch.distributed.launch", "--nproc_per_node", NPROC,
-                "--master_addr", "127.0.0.1", "--master_port", find_free_port(), "main.py", *args]
+        return [
+            PY,
+            "-m",
+            "torch.distributed.launch",
+            "--nproc_per_node",
+            NPROC,
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            find_free_port(),
+            "main.py",
+            *args,
+        ]
     if launcher == "spawn":
         return [PY, "main.py", "--multiprocessing-distributed", "--nproc-per-node", NPROC, *args]
     return ["bash", "launch/run_8p.sh", *args]
@@ -331,7 +420,9 @@ def launcher_argv(launcher, out_dir):
 
 _ROOT_CAUSE = re.compile(
     r"Root Cause \(first observed failure\):\s*\[0\]:.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)"
-    r"\s*exitcode\s*:\s*(-?\d+)[^\n]*", re.S)
+    r"\s*exitcode\s*:\s*(-?\d+)[^\n]*",
+    re.S,
+)
 
 
 def check_names_failing_rank(launcher, fault, result, logs):
@@ -346,8 +437,10 @@ def check_names_failing_rank(launcher, fault, result, logs):
             assert exitcode == "-9" and "SIGKILL" in match.group(0), match.group(0)
         else:
             assert exitcode == "1", match.group(0)
-        return (f"Root Cause: rank {rank} (local_rank: {local_rank}), "
-                f"{' '.join(match.group(0).splitlines()[-1].split())}")
+        return (
+            f"Root Cause: rank {rank} (local_rank: {local_rank}), "
+            f"{' '.join(match.group(0).splitlines()[-1].split())}"
+        )
     if launcher == "spawn":
         how = "was killed by SIGKILL" if fault == "kill" else "exited with code 1"
         start = f"error: local rank {FAULT_RANK} {how}"
@@ -377,8 +470,12 @@ def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
         run.start("launcher", launcher_argv(launcher, out_dir), run.env(fault_env, **extra))
         proc = run._started["launcher"][0]
         # The fault fires (or the launcher ends early, which fails below).
-        poll_until(lambda: stamp_path.exists() or proc.poll() is not None, START_TIMEOUT_S,
-                   "the injected fault", lambda: str(run.read("launcher")))
+        poll_until(
+            lambda: stamp_path.exists() or proc.poll() is not None,
+            START_TIMEOUT_S,
+            "the injected fault",
+            lambda: str(run.read("launcher")),
+        )
         assert stamp_path.exists(), f"the run ended before the fault\n{run.read('launcher')}"
         stamp = json.loads(stamp_path.read_text())
         result, exited_at = run.wait("launcher", DETECT_BOUND_S + 30)
@@ -401,9 +498,17 @@ def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
         assert "RuntimeError: injected fault" in where, f"{result}\n{logs}"
     else:
         assert "injected fault" not in result.stdout + result.stderr + logs
-    fault_table.append({"launcher": launcher, "fault": fault, "returncode": result.returncode,
-                        "detect_s": round(detect_s, 3), "left_at_exit": len(left_at_exit),
-                        "gone_after_exit_s": round(gone_s, 3), "reported": line})
+    fault_table.append(
+        {
+            "launcher": launcher,
+            "fault": fault,
+            "returncode": result.returncode,
+            "detect_s": round(detect_s, 3),
+            "left_at_exit": len(left_at_exit),
+            "gone_after_exit_s": round(gone_s, 3),
+            "reported": line,
+        }
+    )
 
 
 # -- 2. a rank that never arrives --------------------------------------------------------------
@@ -415,8 +520,9 @@ def test_a_rank_that_never_arrives(idiom, tmp_path):
     port = find_free_port()
     with Tracked(tmp_path) as run:
         if idiom == "env":
-            env = run.env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=port)
+            env = run.env(
+                RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+            )
             argv = [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"]
         else:
             env = run.env(RANK_ID=0, RANK_SIZE=2)
@@ -441,10 +547,12 @@ def test_a_rank_that_never_arrives(idiom, tmp_path):
 @time_limit(120)
 def test_master_port_taken_is_one_line(tmp_path):
     with taken_port() as port, Tracked(tmp_path) as run:
-        env = run.env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=port)
-        run.start("rank0", [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5",
-                            "--output-dir", tmp_path / "out"], env)
+        env = run.env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        run.start(
+            "rank0",
+            [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5", "--output-dir", tmp_path / "out"],
+            env,
+        )
         result, _ = run.wait("rank0", 60)
         run.wait_all_gone(GONE_BOUND_S)
     assert result.returncode == 2, result
@@ -465,9 +573,20 @@ def test_single_node_spawn_needs_no_port_even_with_29500_taken(tmp_path):
         except OSError as error:
             pytest.skip(f"port 29500 cannot be bound here ({error}), so it cannot be held")
         with Tracked(tmp_path) as run:
-            run.start("spawn", [PY, "main.py", "--multiprocessing-distributed",
-                                "--nproc-per-node", NPROC, *SHORT_ARGS,
-                                "--output-dir", tmp_path / "out"], run.env())
+            run.start(
+                "spawn",
+                [
+                    PY,
+                    "main.py",
+                    "--multiprocessing-distributed",
+                    "--nproc-per-node",
+                    NPROC,
+                    *SHORT_ARGS,
+                    "--output-dir",
+                    tmp_path / "out",
+                ],
+                run.env(),
+            )
             result, _ = run.wait("spawn", 150)
             run.wait_all_gone(GONE_BOUND_S)
     finally:
@@ -489,13 +608,18 @@ CHECKPOINT_MB = 20
 def _progress(path):
     """What the writers logged: {"ready": [pid, ...], "died": {pid: wait status},
     "started": last epoch begun, "done": last epoch finished, "last": last event}."""
-    words = [line.split() for line in path.read_text().splitlines() if line.strip()] \
-        if path.exists() else []
-    return {"ready": [int(w[2]) for w in words if w[0] == "ready"],
-            "died": {int(w[1]): int(w[2]) for w in words if w[0] == "died"},
-            "started": max((int(w[1]) for w in words if w[0] == "start"), default=0),
-            "done": max((int(w[1]) for w in words if w[0] == "done"), default=0),
-            "last": next((w[0] for w in reversed(words) if w[0] != "died"), None)}
+    words = (
+        [line.split() for line in path.read_text().splitlines() if line.strip()]
+        if path.exists()
+        else []
+    )
+    return {
+        "ready": [int(w[2]) for w in words if w[0] == "ready"],
+        "died": {int(w[1]): int(w[2]) for w in words if w[0] == "died"},
+        "started": max((int(w[1]) for w in words if w[0] == "start"), default=0),
+        "done": max((int(w[1]) for w in words if w[0] == "done"), default=0),
+        "last": next((w[0] for w in reversed(words) if w[0] != "died"), None),
+    }
 
 
 def _check_checkpoint(path, numel):
@@ -522,12 +646,16 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
     previous_epoch, mid_write, events = 0, 0, []
     with Tracked(tmp_path) as run:
         # One process imports torch and forks the KILLS writers one after another.
-        zygote = run.start("writers", [PY, WRITER, target, progress, CHECKPOINT_MB, KILLS],
-                           run.env())
+        zygote = run.start(
+            "writers", [PY, WRITER, target, progress, CHECKPOINT_MB, KILLS], run.env()
+        )
         for round_ in range(KILLS):
             poll_until(
                 lambda: len(_progress(progress)["ready"]) > round_ or zygote.poll() is not None,
-                60, f"writer {round_} ready", lambda: str(run.read("writers")))
+                60,
+                f"writer {round_} ready",
+                lambda: str(run.read("writers")),
+            )
             pids = _progress(progress)["ready"]
             assert len(pids) > round_, f"the writers stopped early\n{run.read('writers')}"
             pid = pids[round_]
@@ -558,8 +686,10 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
         assert result.returncode == 0, result
         run.wait_all_gone(GONE_BOUND_S)
     leftovers = sorted(tmp_path.glob(".checkpoint.pth.tar.*.tmp"))
-    print(f"\n{KILLS} SIGKILLs (seed {seed}), {mid_write} during a write, last epoch "
-          f"{previous_epoch}, {len(leftovers)} temporary file(s) left behind")
+    print(
+        f"\n{KILLS} SIGKILLs (seed {seed}), {mid_write} during a write, last epoch "
+        f"{previous_epoch}, {len(leftovers)} temporary file(s) left behind"
+    )
     assert mid_write >= 1, f"no kill landed during a write (seed {seed}): {events}"
     assert previous_epoch >= 1, events
     # A kill during a write leaves its temporary file until the next complete write removes
@@ -568,8 +698,12 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
     # ... nor a fresh process that resumes from the target and replaces it.
     with Tracked(tmp_path, "procs-final") as run:
         proc = run.start("final", [PY, WRITER, target, progress, CHECKPOINT_MB], run.env())
-        poll_until(lambda: _progress(progress)["done"] > previous_epoch or proc.poll() is not None,
-                   60, "a write after the crashes", lambda: str(run.read("final")))
+        poll_until(
+            lambda: _progress(progress)["done"] > previous_epoch or proc.poll() is not None,
+            60,
+            "a write after the crashes",
+            lambda: str(run.read("final")),
+        )
         os.kill(proc.pid, signal.SIGKILL)
         run.wait("final", 30)
     assert _check_checkpoint(target, numel) > previous_epoch
@@ -579,8 +713,9 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
 
 
 def _ip(*args, check=True):
-    return subprocess.run(["ip", *map(str, args)], capture_output=True, text=True, timeout=30,
-                          check=check)
+    return subprocess.run(
+        ["ip", *map(str, args)], capture_output=True, text=True, timeout=30, check=check
+    )
 
 
 @pytest.fixture(scope="module")
@@ -597,8 +732,10 @@ def two_namespaces():
     try:
         probe = _ip("netns", "add", names[0], check=False)
         if probe.returncode != 0:
-            pytest.skip(f"cannot create a network namespace (needs root/CAP_NET_ADMIN): "
-                        f"{probe.stderr.strip()}")
+            pytest.skip(
+                f"cannot create a network namespace (needs root/CAP_NET_ADMIN): "
+                f"{probe.stderr.strip()}"
+            )
         created.append(names[0])
         _ip("netns", "add", names[1])
         created.append(names[1])
@@ -623,10 +760,12 @@ def two_namespaces():
 @time_limit(120)
 def test_interface_towards_inside_a_namespace(two_namespaces, tmp_path):
     ns = two_namespaces
-    code = ("import json; from devicekit.network import interface_towards as t, "
-            "local_address_towards as a; "
-            f"print(json.dumps([t({ns['addresses'][1]!r}, 29500), t('127.0.0.1', 29500), "
-            f"a({ns['addresses'][1]!r}, 29500)]))")
+    code = (
+        "import json; from devicekit.network import interface_towards as t, "
+        "local_address_towards as a; "
+        f"print(json.dumps([t({ns['addresses'][1]!r}, 29500), t('127.0.0.1', 29500), "
+        f"a({ns['addresses'][1]!r}, 29500)]))"
+    )
     with Tracked(tmp_path) as run:
         run.start("probe", ["ip", "netns", "exec", ns["names"][0], PY, "-c", code], run.env())
         result, _ = run.wait("probe", 60)
@@ -639,12 +778,30 @@ def run_8p_on_two_nodes(run, ns, args, tmp_path, log_dir="node", timeout=200):
     """run_8p.sh with 2 ranks on each of the two namespaces' nodes (rank logs in
     tmp_path/<log_dir><node>); the Finished of both nodes."""
     for node in (0, 1):
-        env = run.env(NNODES=2, NODE_RANK=node, MASTER_ADDR=ns["addresses"][0],
-                      MASTER_PORT=29500, NPROC_PER_NODE=2, LOG_DIR=tmp_path / f"{log_dir}{node}",
-                      PYTHON=PY)
-        run.start(f"node{node}", ["ip", "netns", "exec", ns["names"][node], "bash",
-                                  "launch/run_8p.sh", *args, "--output-dir",
-                                  tmp_path / f"out{node}"], env)
+        env = run.env(
+            NNODES=2,
+            NODE_RANK=node,
+            MASTER_ADDR=ns["addresses"][0],
+            MASTER_PORT=29500,
+            NPROC_PER_NODE=2,
+            LOG_DIR=tmp_path / f"{log_dir}{node}",
+            PYTHON=PY,
+        )
+        run.start(
+            f"node{node}",
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns["names"][node],
+                "bash",
+                "launch/run_8p.sh",
+                *args,
+                "--output-dir",
+                tmp_path / f"out{node}",
+            ],
+            env,
+        )
     results = [run.wait(f"node{node}", timeout)[0] for node in (0, 1)]
     run.wait_all_gone(GONE_BOUND_S)
     return results
@@ -653,14 +810,35 @@ def run_8p_on_two_nodes(run, ns, args, tmp_path, log_dir="node", timeout=200):
 @time_limit(240)
 def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
     ns = two_namespaces
-    args = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "16",
-            "--epochs", "2", "--steps-per-epoch", "3", "--val-steps", "2", "-j", "0"]
+    args = [
+        "--dummy",
+        "-a",
+        "tinynet",
+        "--num-classes",
+        "10",
+        "--image-size",
+        "32",
+        "-b",
+        "16",
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        "3",
+        "--val-steps",
+        "2",
+        "-j",
+        "0",
+    ]
     with Tracked(tmp_path) as run:
         results = run_8p_on_two_nodes(run, ns, args, tmp_path)
-    logs = {(node, i): (tmp_path / f"node{node}" / f"rank_{i}.log").read_text()
-            for node in (0, 1) for i in (0, 1)}
+    logs = {
+        (node, i): (tmp_path / f"node{node}" / f"rank_{i}.log").read_text()
+        for node in (0, 1)
+        for i in (0, 1)
+    }
     everything = "\n".join(map(str, results)) + "".join(
-        f"\n--- node {n} rank_{i}.log\n{text}" for (n, i), text in logs.items())
+        f"\n--- node {n} rank_{i}.log\n{text}" for (n, i), text in logs.items()
+    )
     assert [r.returncode for r in results] == [0, 0], everything
     hashes = {}
     for (node, i), text in logs.items():
@@ -673,15 +851,39 @@ def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
     assert (tmp_path / "out0" / "checkpoint.pth.tar").is_file()
     assert not (tmp_path / "out1").exists(), "only global rank 0 writes"
     assert "world_size" in (tmp_path / "out0" / "metrics.jsonl").read_text()
-    assert json.loads((tmp_path / "out0" / "metrics.jsonl").read_text().splitlines()[-1])[
-        "world_size"] == 4
+    assert (
+        json.loads((tmp_path / "out0" / "metrics.jsonl").read_text().splitlines()[-1])["world_size"]
+        == 4
+    )
 
 
 # -- 6. a lost rank costs a few steps and no human -----------------------------------------------
 
-RESTART_ARGS = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32",
-                "-b", "16", "--epochs", "2", "--steps-per-epoch", "12", "--val-steps", "2",
-                "-j", "1", "-p", "100", "--seed", "3", "--resume", "auto"]
+RESTART_ARGS = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "2",
+    "--steps-per-epoch",
+    "12",
+    "--val-steps",
+    "2",
+    "-j",
+    "1",
+    "-p",
+    "100",
+    "--seed",
+    "3",
+    "--resume",
+    "auto",
+]
 SAVE_EVERY = 3
 RESTART_STEPS = 24  # 2 epochs of 12
 
@@ -692,19 +894,33 @@ def restart_table():
     rows = []
     yield rows
     if rows:
-        print(f"\n\nA rank SIGKILLed mid-run and restarted (--save-every {SAVE_EVERY}, "
-              f"{RESTART_STEPS} steps, seed {FAULT_SEED}):")
+        print(
+            f"\n\nA rank SIGKILLed mid-run and restarted (--save-every {SAVE_EVERY}, "
+            f"{RESTART_STEPS} steps, seed {FAULT_SEED}):"
+        )
         for r in rows:
-            print(f"  {r['launcher']:<9} killed at step {r['killed_at_step']:>2}: "
-                  f"{r['steps_redone']} step(s) redone, {r['extra_s']:.1f} s more than the "
-                  f"undisturbed run, weights bitwise identical")
+            print(
+                f"  {r['launcher']:<9} killed at step {r['killed_at_step']:>2}: "
+                f"{r['steps_redone']} step(s) redone, {r['extra_s']:.1f} s more than the "
+                f"undisturbed run, weights bitwise identical"
+            )
 
 
 def restart_argv(launcher, out_dir):
     args = RESTART_ARGS + ["--save-every", SAVE_EVERY, "--output-dir", out_dir]
     if launcher == "torchrun":
-        return [PY, "-m", "torch.distributed.run", "--standalone", "--max-restarts", "1",
-                "--nproc-per-node", NPROC, "main.py", *args]
+        return [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--max-restarts",
+            "1",
+            "--nproc-per-node",
+            NPROC,
+            "main.py",
+            *args,
+        ]
     return ["bash", "launch/run_8p.sh", *args]
 
 
@@ -752,14 +968,37 @@ def test_a_lost_rank_is_restarted_and_ends_bitwise_identical(launcher, tmp_path,
     assert calm["epoch"] == hit["epoch"] == 2 and calm["step"] == hit["step"] == 0
     for key, tensor in calm["state_dict"].items():
         assert hit["state_dict"][key].equal(tensor), f"{key} differs after the restart"
-    restart_table.append({"launcher": launcher, "killed_at_step": killed_at,
-                          "steps_redone": done_before - saved, "extra_s": hit_s - calm_s})
+    restart_table.append(
+        {
+            "launcher": launcher,
+            "killed_at_step": killed_at,
+            "steps_redone": done_before - saved,
+            "extra_s": hit_s - calm_s,
+        }
+    )
 
 
 # -- 7. signals stop the whole run ---------------------------------------------------------------
 
-LONG_ARGS = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "16",
-             "--epochs", "50", "--steps-per-epoch", "200", "-j", "1", "-p", "1"]
+LONG_ARGS = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "50",
+    "--steps-per-epoch",
+    "200",
+    "-j",
+    "1",
+    "-p",
+    "1",
+]
 
 
 @time_limit(180)
@@ -769,17 +1008,33 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
     """The terminal closes (SIGHUP), Ctrl-C (SIGINT), a scheduler stops the job (SIGTERM):
     every rank and loader worker is gone at once, the launcher exits 128 + the signal."""
     number = getattr(signal, signame)
-    argv = {"spawn": [PY, "main.py", "--multiprocessing-distributed", "--nproc-per-node", NPROC],
-            "run_8p": ["bash", "launch/run_8p.sh"],
-            "torchrun": [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                         NPROC, "main.py"]}[launcher]
+    argv = {
+        "spawn": [PY, "main.py", "--multiprocessing-distributed", "--nproc-per-node", NPROC],
+        "run_8p": ["bash", "launch/run_8p.sh"],
+        "torchrun": [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            NPROC,
+            "main.py",
+        ],
+    }[launcher]
     extra = {"NPROC_PER_NODE": NPROC, "LOG_DIR": tmp_path / "logs", "PYTHON": PY}
     with Tracked(tmp_path) as run:
-        proc = run.start("run", [*argv, *LONG_ARGS, "--output-dir", tmp_path / "out"],
-                         run.env(**extra))
-        poll_until(lambda: re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
-                   or proc.poll() is not None, START_TIMEOUT_S, "training under way",
-                   lambda: str(run.read("run")))
+        proc = run.start(
+            "run", [*argv, *LONG_ARGS, "--output-dir", tmp_path / "out"], run.env(**extra)
+        )
+        poll_until(
+            lambda: (
+                re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
+                or proc.poll() is not None
+            ),
+            START_TIMEOUT_S,
+            "training under way",
+            lambda: str(run.read("run")),
+        )
         proc.send_signal(number)
         result, exited_at = run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
@@ -799,12 +1054,20 @@ def test_ranks_die_with_run_8p_even_when_it_is_sigkilled(tmp_path):
     """SIGKILL cannot be trapped, so the script cannot stop its ranks: they go by themselves
     (devicekit asks the kernel to kill a rank whose run_8p.sh has died)."""
     with Tracked(tmp_path) as run:
-        proc = run.start("run", ["bash", "launch/run_8p.sh", *LONG_ARGS, "--output-dir",
-                                 tmp_path / "out"],
-                         run.env(NPROC_PER_NODE=NPROC, LOG_DIR=tmp_path / "logs", PYTHON=PY))
-        poll_until(lambda: re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
-                   or proc.poll() is not None, START_TIMEOUT_S, "training under way",
-                   lambda: str(run.read("run")))
+        proc = run.start(
+            "run",
+            ["bash", "launch/run_8p.sh", *LONG_ARGS, "--output-dir", tmp_path / "out"],
+            run.env(NPROC_PER_NODE=NPROC, LOG_DIR=tmp_path / "logs", PYTHON=PY),
+        )
+        poll_until(
+            lambda: (
+                re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
+                or proc.poll() is not None
+            ),
+            START_TIMEOUT_S,
+            "training under way",
+            lambda: str(run.read("run")),
+        )
         proc.kill()
         run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
@@ -821,27 +1084,39 @@ def test_a_port_held_by_another_service_fails_within_the_timeout(tmp_path):
     from devicekit.rendezvous import STORE_MARGIN_S
 
     with taken_port() as port, Tracked(tmp_path) as run:
-        run.start("rank1", [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"],
-                  run.env(RANK=1, WORLD_SIZE=2, LOCAL_RANK=1, MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=port))
+        run.start(
+            "rank1",
+            [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"],
+            run.env(RANK=1, WORLD_SIZE=2, LOCAL_RANK=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+        )
         result, _ = run.wait("rank1", 60)
     assert result.returncode == 2, result
     assert result.stderr_lines() == [
         f"error: rank 1: something listens at 127.0.0.1:{port} but did not answer as a torch "
         f"store within --dist-timeout 5s (+{STORE_MARGIN_S:g}s): MASTER_PORT belongs to another "
-        "service? Choose a free port for MASTER_PORT on node 0"], result
+        "service? Choose a free port for MASTER_PORT on node 0"
+    ], result
     assert result.seconds < 5 + STORE_MARGIN_S + 15, result
 
 
 @time_limit(120)
 def test_a_master_address_that_does_not_resolve_is_one_line(tmp_path):
     with Tracked(tmp_path) as run:
-        run.start("rank1", [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"],
-                  run.env(RANK=1, WORLD_SIZE=2, LOCAL_RANK=1, MASTER_ADDR="nonexistent.invalid",
-                          MASTER_PORT=find_free_port()))
+        run.start(
+            "rank1",
+            [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"],
+            run.env(
+                RANK=1,
+                WORLD_SIZE=2,
+                LOCAL_RANK=1,
+                MASTER_ADDR="nonexistent.invalid",
+                MASTER_PORT=find_free_port(),
+            ),
+        )
         result, _ = run.wait("rank1", 60)
     assert result.returncode == 2, result
     lines = result.stderr_lines()
     assert len(lines) == 1 and lines[0].startswith(
-        "error: the master address 'nonexistent.invalid' does not resolve"), result
+        "error: the master address 'nonexistent.invalid' does not resolve"
+    ), result
     assert result.seconds < 5 + 15, result

@@ -79,7 +79,7 @@ REFUSED = object()
 def damage(data, cut, overwrites):
     """`data` cut at the fraction `cut` of its length (None: whole), then bytes overwritten
     at fractions of it: (where, byte) pairs."""
-    data = bytearray(data if cut is None else data[:int(cut * (len(data) - 1))])
+    data = bytearray(data if cut is None else data[: int(cut * (len(data) - 1))])
     for where, byte in overwrites:
         if data:
             data[int(where * (len(data) - 1))] = byte
@@ -87,19 +87,25 @@ def damage(data, cut, overwrites):
 
 
 FRACTIONS = st.floats(0, 1)
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                    | st.text(max_size=10),
-                    lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
-@given(data=st.one_of(
-    st.binary(max_size=4096),
-    st.text(max_size=200).map(str.encode),
-    JSON.map(lambda value: json.dumps(value).encode()),
-    st.tuples(JSON, st.integers(0, pickle.HIGHEST_PROTOCOL)).map(
-        lambda value: pickle.dumps(value[0], protocol=value[1])),
-))
+@given(
+    data=st.one_of(
+        st.binary(max_size=4096),
+        st.text(max_size=200).map(str.encode),
+        JSON.map(lambda value: json.dumps(value).encode()),
+        st.tuples(JSON, st.integers(0, pickle.HIGHEST_PROTOCOL)).map(
+            lambda value: pickle.dumps(value[0], protocol=value[1])
+        ),
+    )
+)
 @example(data=b"hello notes\n")  # torch's legacy path: KeyError: 101 from its unpickler
 @example(data=b"{}")
 @example(data=b"")
@@ -107,8 +113,10 @@ def test_any_bytes_load_or_are_refused_in_one_line(folder, data):
     load_or_refuse(write(folder, data))
 
 
-@given(cut=st.none() | FRACTIONS,
-       overwrites=st.lists(st.tuples(FRACTIONS, st.integers(0, 255)), max_size=8))
+@given(
+    cut=st.none() | FRACTIONS,
+    overwrites=st.lists(st.tuples(FRACTIONS, st.integers(0, 255)), max_size=8),
+)
 def test_a_damaged_checkpoint_loads_or_is_refused_in_one_line(folder, cut, overwrites):
     load_or_refuse(write(folder, damage(real(folder)[0], cut, overwrites)))
 
@@ -121,6 +129,7 @@ def test_plain_values_saved_by_torch_load_back_as_they_were(folder, value, legac
 
 
 # -- a file that would run code ----------------------------------------------------------
+
 
 class Hostile:
     """Unpickling it calls `call(*args)`: each of these would create the marker file."""
@@ -142,10 +151,15 @@ def hostile_calls(marker):
     ]
 
 
-@given(choice=st.integers(0, 4), wrapped=st.booleans(), container=st.booleans(),
-       protocol=st.integers(2, pickle.HIGHEST_PROTOCOL))
-def test_a_file_that_would_run_code_is_refused_and_never_runs_it(folder, choice, wrapped,
-                                                                 container, protocol):
+@given(
+    choice=st.integers(0, 4),
+    wrapped=st.booleans(),
+    container=st.booleans(),
+    protocol=st.integers(2, pickle.HIGHEST_PROTOCOL),
+)
+def test_a_file_that_would_run_code_is_refused_and_never_runs_it(
+    folder, choice, wrapped, container, protocol
+):
     marker = os.path.join(folder, "ran")
     hostile = Hostile(*hostile_calls(marker)[choice])
     obj = {"epoch": 1, "state_dict": hostile} if container else hostile
@@ -161,7 +175,8 @@ def test_a_file_that_would_run_code_is_refused_and_never_runs_it(folder, choice,
     assert_usage_line(error.value, [repr(path)])
     # A plain pickle of protocol 4 or 5 fails at its first FRAME opcode, before any global.
     assert "holds objects other than tensors" in str(error.value) or (
-        not wrapped and "not written by torch.save" in str(error.value))
+        not wrapped and "not written by torch.save" in str(error.value)
+    )
     assert not os.path.exists(marker), "the file's code ran"
 
 
@@ -170,11 +185,22 @@ def test_a_file_that_would_run_code_is_refused_and_never_runs_it(folder, choice,
 SMALL_TENSORS = st.builds(
     lambda shape, dtype: torch.zeros(shape, dtype=dtype),
     st.lists(st.integers(0, 3), max_size=3),
-    st.sampled_from([torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool,
-                     torch.complex64]))
+    st.sampled_from(
+        [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool, torch.complex64]
+    ),
+)
 VALUES = st.one_of(JSON, SMALL_TENSORS, st.lists(SMALL_TENSORS, max_size=3))
-KEYS = ["epoch", "step", "arch", "state_dict", "best_acc1", "optimizer", "scheduler",
-        "rng_states", "totals"]
+KEYS = [
+    "epoch",
+    "step",
+    "arch",
+    "state_dict",
+    "best_acc1",
+    "optimizer",
+    "scheduler",
+    "rng_states",
+    "totals",
+]
 
 
 def other_state_dict(arch, classes):
@@ -193,11 +219,18 @@ CHANGES = st.one_of(
     st.tuples(st.just("drop"), st.sampled_from(KEYS)),
     st.tuples(st.just("retype"), st.sampled_from(KEYS), VALUES),
     st.tuples(st.just("weight"), FRACTIONS, VALUES),
-    st.tuples(st.just("arch"), st.sampled_from(["tinynet", "tinynet_nobn", "tinymlp"]),
-              st.sampled_from([2, CLASSES])),
+    st.tuples(
+        st.just("arch"),
+        st.sampled_from(["tinynet", "tinynet_nobn", "tinymlp"]),
+        st.sampled_from([2, CLASSES]),
+    ),
     st.tuples(st.just("adam")),
-    st.tuples(st.just("mid-epoch"), st.integers(0, 3), st.integers(1, 2),
-              st.sampled_from([(4,), (3,), ()])),
+    st.tuples(
+        st.just("mid-epoch"),
+        st.integers(0, 3),
+        st.integers(1, 2),
+        st.sampled_from([(4,), (3,), ()]),
+    ),
 )
 
 
@@ -241,8 +274,7 @@ def train_one_step(model, optimizer, scheduler, position):
 
 @FEWER
 @given(changes=st.lists(CHANGES, min_size=1, max_size=3))
-def test_resume_from_a_changed_checkpoint_trains_on_or_is_refused_in_one_line(folder,
-                                                                               changes):
+def test_resume_from_a_changed_checkpoint_trains_on_or_is_refused_in_one_line(folder, changes):
     path = write(folder, b"")
     torch.save(changed(real(folder)[1], changes), path)
     model = models.create(ARCH, num_classes=CLASSES)
@@ -279,8 +311,7 @@ def test_pretrained_weights_changed_load_or_are_refused_in_one_line(folder, chan
 
 @given(data=st.one_of(st.binary(max_size=512), st.text(max_size=100).map(str.encode)))
 @example(data=b"hello notes\n")
-def test_load_checkpoint_of_the_library_raises_usage_error_for_a_non_checkpoint(folder,
-                                                                                  data):
+def test_load_checkpoint_of_the_library_raises_usage_error_for_a_non_checkpoint(folder, data):
     path = write(folder, data, "library.pt")
     try:
         devicekit.load_checkpoint(path)

@@ -15,8 +15,10 @@ from devicekit import check
 
 from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused
 
-DEVICES = st.one_of(st.sampled_from(["auto", "cpu", "cuda", "gpu", "npu", "xpu", "cuda:0",
-                                     "CPU", " cpu", ""]), ANY_TEXT)
+DEVICES = st.one_of(
+    st.sampled_from(["auto", "cpu", "cuda", "gpu", "npu", "xpu", "cuda:0", "CPU", " cpu", ""]),
+    ANY_TEXT,
+)
 FLAGS = {
     "--device": DEVICES,
     "--nproc-per-node": NUMBER_LIKE,
@@ -34,16 +36,20 @@ def command_lines(draw, command):
     argv = [command]
     for flag in draw(st.lists(st.sampled_from(sorted(FLAGS)), max_size=3)):
         value = draw(FLAGS[flag])
-        argv += [flag] if value is None else draw(st.sampled_from([[flag, value],
-                                                                  [f"{flag}={value}"]]))
+        argv += (
+            [flag] if value is None else draw(st.sampled_from([[flag, value], [f"{flag}={value}"]]))
+        )
     return argv
 
 
 def run(argv):
     """cli.main(argv) with the ranks' start recorded: (code, stdout, stderr, launch)."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    with mock.patch.object(check.devicekit, "launch") as launch, \
-            contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    with (
+        mock.patch.object(check.devicekit, "launch") as launch,
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
         try:
             code = cli.main(argv)
         except SystemExit as stop:
@@ -53,7 +59,11 @@ def run(argv):
 
 def names_in(argv):
     return {token.split("=", 1)[0] for token in argv if token.startswith("-")} | {
-        "--nproc-per-node", "--nproc_per_node", "devicekit check", "devicekit nproc"}
+        "--nproc-per-node",
+        "--nproc_per_node",
+        "devicekit check",
+        "devicekit nproc",
+    }
 
 
 @given(argv=st.one_of(command_lines("check"), command_lines("nproc")))

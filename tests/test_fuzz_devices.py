@@ -24,8 +24,11 @@ from devicekit.kinds.npu import JIT_COMPILE_ENV, jit_compile_override
 from devicekit.simulate import build
 from invariant import ENV_TEXT, NUMBER_LIKE, assert_usage_line, working_directory
 
-VISIBLE = {name: kinds.get(name).visible_devices_env for name in kinds.names()
-           if kinds.get(name).visible_devices_env}
+VISIBLE = {
+    name: kinds.get(name).visible_devices_env
+    for name in kinds.names()
+    if kinds.get(name).visible_devices_env
+}
 
 
 @contextlib.contextmanager
@@ -49,8 +52,11 @@ def environ_set(values: Dict[str, Optional[str]]) -> Iterator[None]:
 
 # -- visible devices, every kind ---------------------------------------------------------------
 
-DEVICE_TEXT = st.one_of(ENV_TEXT, st.text("0123,. -GPUMIabx", max_size=16),
-                        st.lists(st.integers(0, 20).map(str), max_size=5).map(",".join))
+DEVICE_TEXT = st.one_of(
+    ENV_TEXT,
+    st.text("0123,. -GPUMIabx", max_size=16),
+    st.lists(st.integers(0, 20).map(str), max_size=5).map(",".join),
+)
 
 
 @pytest.mark.parametrize("kind_name", sorted(VISIBLE))
@@ -85,18 +91,30 @@ def test_a_list_of_device_ids_reads_as_written(kind_name, ids, spaces):
     assert kind.visible_devices({}) is None
 
 
-@given(st.lists(st.tuples(st.sampled_from(["GPU", "MIG"]),
-                          st.text("0123456789abcdef-", min_size=1, max_size=12)),
-                unique=True, min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["GPU", "MIG"]), st.text("0123456789abcdef-", min_size=1, max_size=12)
+        ),
+        unique=True,
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_cuda_gpu_uuids_read_as_written(uuids):
     entries = [f"{prefix}-{rest}" for prefix, rest in uuids]
     assume(len(set(entries)) == len(entries))
-    assert kinds.get("cuda").visible_devices({"CUDA_VISIBLE_DEVICES": ",".join(entries)}) == \
-        entries
+    assert kinds.get("cuda").visible_devices({"CUDA_VISIBLE_DEVICES": ",".join(entries)}) == entries
 
 
-@given(st.lists(st.tuples(st.integers(0, 7), st.one_of(st.none(), st.integers(0, 3))),
-                unique=True, min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 7), st.one_of(st.none(), st.integers(0, 3))),
+        unique=True,
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_level_zero_devices_and_tiles_read_as_written(items):
     entries = [str(device) if tile is None else f"{device}.{tile}" for device, tile in items]
     parsed = kinds.get("xpu").visible_devices({"ZE_AFFINITY_MASK": ",".join(entries)})
@@ -105,8 +123,12 @@ def test_level_zero_devices_and_tiles_read_as_written(items):
 
 # -- DEVICEKIT_DEVICE and the device argument --------------------------------------------------
 
-DEVICE_NAMES = st.one_of(ENV_TEXT, st.sampled_from(
-    ["cpu", "CPU", " cpu ", "auto", "", "gpu", "cuda", "npu", "xpu", "tpu", "cpu\n", "cp u"]))
+DEVICE_NAMES = st.one_of(
+    ENV_TEXT,
+    st.sampled_from(
+        ["cpu", "CPU", " cpu ", "auto", "", "gpu", "cuda", "npu", "xpu", "tpu", "cpu\n", "cp u"]
+    ),
+)
 
 
 @given(DEVICE_NAMES)
@@ -140,6 +162,7 @@ def test_any_device_name_is_or_is_not_an_accelerator(value):
 
 # -- the npu stand-in: DEVICEKIT_SIMULATE and DEVICEKIT_SIMULATE_DEVICES -----------------------
 
+
 @given(st.one_of(ENV_TEXT, st.sampled_from(["npu", "NPU", " npu ", "cuda", ""])))
 def test_any_devicekit_simulate_is_npu_or_names_the_variable(value):
     try:
@@ -154,9 +177,11 @@ def test_any_devicekit_simulate_is_npu_or_names_the_variable(value):
 @example("²", None)
 @example("2", "0,5")
 def test_any_simulated_device_count_is_a_count_or_names_the_variable(devices, visible):
-    environ = {name: value for name, value in ((simulate.DEVICES_ENV, devices),
-                                               (simulate.VISIBLE_ENV, visible))
-               if value is not None}
+    environ = {
+        name: value
+        for name, value in ((simulate.DEVICES_ENV, devices), (simulate.VISIBLE_ENV, visible))
+        if value is not None
+    }
     try:
         count = simulate.visible_count(environ)
     except UsageError as error:
@@ -166,6 +191,7 @@ def test_any_simulated_device_count_is_a_count_or_names_the_variable(devices, vi
 
 
 # -- DEVICEKIT_NPU_JIT_COMPILE ------------------------------------------------------------------
+
 
 @given(st.one_of(st.none(), NUMBER_LIKE, ENV_TEXT))
 def test_any_jit_compile_override_is_a_choice_or_names_the_variable(value):
@@ -179,6 +205,7 @@ def test_any_jit_compile_override_is_a_choice_or_names_the_variable(value):
 
 
 # -- DEVICEKIT_NPROC_PER_NODE and the process count ---------------------------------------------
+
 
 @given(st.one_of(NUMBER_LIKE, ENV_TEXT))
 @example("1" * 5000)
@@ -208,6 +235,7 @@ def test_any_process_count_argument_is_a_count_or_names_it(value, as_option, cli
 
 # -- DEVICEKIT_CACHE and DEVICEKIT_LAUNCHER_PID -------------------------------------------------
 
+
 @given(ENV_TEXT)
 def test_any_cache_folder_is_taken_as_a_path(value):
     with environ_set({build.CACHE_ENV: value}):
@@ -222,8 +250,11 @@ def test_any_cache_folder_is_taken_as_a_path(value):
 def test_a_cache_folder_that_cannot_hold_the_build_is_one_line(tmp_path_factory, value):
     assume(value.strip() and not os.path.isdir(value))
     base = tmp_path_factory.mktemp("cache")  # relative names land here, not in the repo
-    with environ_set({build.CACHE_ENV: value}), working_directory(str(base)), \
-            mock.patch.object(build, "missing_tools", return_value="g++ (stopped here)"):
+    with (
+        environ_set({build.CACHE_ENV: value}),
+        working_directory(str(base)),
+        mock.patch.object(build, "missing_tools", return_value="g++ (stopped here)"),
+    ):
         with pytest.raises(UsageError) as error:
             build.load()  # a usable folder gets as far as the (stubbed) compiler check
     message = assert_usage_line(error.value, [build.CACHE_ENV, "stopped here"])

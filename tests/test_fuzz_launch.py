@@ -22,8 +22,14 @@ from hypothesis.control import currently_in_test_context
 
 from devicekit import kinds
 from devicekit.environments import (
-    ALL_VARIABLES, ENVIRONMENTS, LaunchOptions, detect, launcher_of, pop_local_rank,
-    resolve_launch)
+    ALL_VARIABLES,
+    ENVIRONMENTS,
+    LaunchOptions,
+    detect,
+    launcher_of,
+    pop_local_rank,
+    resolve_launch,
+)
 from devicekit.environments.hostlist import first_host, hosts
 from devicekit.environments.rank_table import read_rank_table
 from devicekit.environments.slurm import tasks_per_node
@@ -56,14 +62,27 @@ class FakeAccelerator:
 KINDS = st.one_of(st.just(CPU), st.just(None), st.integers(1, 8).map(FakeAccelerator))
 
 # Every option a script or a trainer passes, as the command line names it and as Python does.
-OPTION_FIELDS = ("local_rank", "gpu", "rank", "world_size", "dist_url", "addr", "port",
-                 "multiprocessing_distributed", "nproc_per_node", "device_list")
+OPTION_FIELDS = (
+    "local_rank",
+    "gpu",
+    "rank",
+    "world_size",
+    "dist_url",
+    "addr",
+    "port",
+    "multiprocessing_distributed",
+    "nproc_per_node",
+    "device_list",
+)
 
 
 def option_names(options: LaunchOptions) -> List[str]:
     """How an error may call the options that were given."""
-    return [options.name(field) for field in OPTION_FIELDS
-            if getattr(options, field) is not None and getattr(options, field) is not False]
+    return [
+        options.name(field)
+        for field in OPTION_FIELDS
+        if getattr(options, field) is not None and getattr(options, field) is not False
+    ]
 
 
 def check_context(ctx, kind) -> None:
@@ -99,8 +118,9 @@ def resolve_or_refuse(options: Union[LaunchOptions, dict], environ: Dict[str, st
             options = LaunchOptions(**options)
         except UsageError as error:
             names = LaunchOptions(cli=options.get("cli", False))
-            assert_usage_line(error, [names.name(field) for field in options
-                                      if field in OPTION_FIELDS])
+            assert_usage_line(
+                error, [names.name(field) for field in options if field in OPTION_FIELDS]
+            )
             _event("options refused")
             return None
     env = detect(options, environ)
@@ -118,8 +138,10 @@ def resolve_or_refuse(options: Union[LaunchOptions, dict], environ: Dict[str, st
 
 # -- consistent launcher environments, one value perturbed ------------------------------------
 
-HOSTS = st.one_of(st.sampled_from(["10.0.0.1", "node01", "localhost", "::1", "gpu-a07.cluster"]),
-                  st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True))
+HOSTS = st.one_of(
+    st.sampled_from(["10.0.0.1", "node01", "localhost", "::1", "gpu-a07.cluster"]),
+    st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True),
+)
 PORTS = st.integers(1, 65535)
 
 
@@ -130,8 +152,20 @@ def shapes(draw) -> Tuple[int, int, int, int]:
     return nnodes, nproc, draw(st.integers(0, nnodes - 1)), draw(st.integers(0, nproc - 1))
 
 
-LAUNCHERS = ("torchrun", "launch", "env", "deepspeed", "pytorchjob", "ascend", "mpi", "mpich",
-             "slurm", "spawn", "cli", "single")
+LAUNCHERS = (
+    "torchrun",
+    "launch",
+    "env",
+    "deepspeed",
+    "pytorchjob",
+    "ascend",
+    "mpi",
+    "mpich",
+    "slurm",
+    "spawn",
+    "cli",
+    "single",
+)
 
 
 @st.composite
@@ -155,44 +189,61 @@ def launcher_runs(draw, launcher: str):
                 del environ["LOCAL_RANK"]
         expected = (launcher, rank, local, world, nproc, node, nnodes)
     elif launcher == "deepspeed":
-        environ = dict(ranks, LOCAL_SIZE=str(nproc), CROSS_RANK=str(node),
-                       CROSS_SIZE=str(nnodes), **master)
+        environ = dict(
+            ranks, LOCAL_SIZE=str(nproc), CROSS_RANK=str(node), CROSS_SIZE=str(nnodes), **master
+        )
         if draw(st.booleans()):
             options["local_rank"] = local  # --local_rank=N, unless --no_local_rank
         expected = (launcher, rank, local, world, nproc, node, nnodes)
     elif launcher == "pytorchjob":
-        environ = dict(RANK=str(node), WORLD_SIZE=str(nnodes), KUBERNETES_SERVICE_HOST="10.96.0.1",
-                       **master)
+        environ = dict(
+            RANK=str(node), WORLD_SIZE=str(nnodes), KUBERNETES_SERVICE_HOST="10.96.0.1", **master
+        )
         expected = (launcher, node, 0, nnodes, 1, node, nnodes)
     elif launcher == "ascend":
         environ = {"RANK_ID": str(local), "RANK_SIZE": str(nproc)}
         if nnodes > 1 or draw(st.booleans()):
             environ.update(master)
-        options.update(rank=node, world_size=nnodes,
-                       gpu=draw(st.sampled_from([None, local])))
+        options.update(rank=node, world_size=nnodes, gpu=draw(st.sampled_from([None, local])))
         expected = (launcher, rank, local, world, nproc, node, nnodes)
     elif launcher in ("mpi", "mpich"):
-        names = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                  "OMPI_COMM_WORLD_LOCAL_SIZE") if launcher == "mpi" else
-                 ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"))
+        names = (
+            (
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            )
+            if launcher == "mpi"
+            else ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+        )
         environ = dict(zip(names, map(str, (rank, world, local, nproc))))
         if nnodes > 1 or draw(st.booleans()):
             environ["MASTER_ADDR"] = master["MASTER_ADDR"]
         expected = (launcher, rank, local, world, nproc, node, nnodes) if world > 1 else None
     elif launcher == "slurm":
-        layout = draw(st.sampled_from([f"{nproc}(x{nnodes})", str(nproc),
-                                       ",".join([str(nproc)] * nnodes)]))
-        environ = {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world),
-                   "SLURM_LOCALID": str(local), "SLURM_NODEID": str(node),
-                   draw(st.sampled_from(["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
-                                         "SLURM_NTASKS_PER_NODE"])): layout,
-                   "SLURM_JOB_NODELIST": f"node[1-{nnodes}]",
-                   "SLURM_JOB_ID": str(draw(st.integers(1, 10 ** 8)))}
+        layout = draw(
+            st.sampled_from([f"{nproc}(x{nnodes})", str(nproc), ",".join([str(nproc)] * nnodes)])
+        )
+        environ = {
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(world),
+            "SLURM_LOCALID": str(local),
+            "SLURM_NODEID": str(node),
+            draw(
+                st.sampled_from(
+                    ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"]
+                )
+            ): layout,
+            "SLURM_JOB_NODELIST": f"node[1-{nnodes}]",
+            "SLURM_JOB_ID": str(draw(st.integers(1, 10**8))),
+        }
         expected = (launcher, rank, local, world, nproc, node, nnodes) if world > 1 else None
     elif launcher == "spawn":
         environ = master if nnodes > 1 else {}
-        options.update(multiprocessing_distributed=True, world_size=nnodes, rank=node,
-                       nproc_per_node=nproc)
+        options.update(
+            multiprocessing_distributed=True, world_size=nnodes, rank=node, nproc_per_node=nproc
+        )
         expected = (launcher, node * nproc, 0, world, nproc, node, nnodes)
     elif launcher == "cli":
         environ = draw(st.sampled_from([{}, master]))
@@ -209,8 +260,9 @@ def _option_values(field: str):
     if field == "multiprocessing_distributed":
         return st.booleans()
     if field == "device_list":
-        return st.one_of(st.none(), st.lists(st.integers(0, 9), min_size=1, max_size=4,
-                                             unique=True).map(tuple))
+        return st.one_of(
+            st.none(), st.lists(st.integers(0, 9), min_size=1, max_size=4, unique=True).map(tuple)
+        )
     return st.one_of(st.none(), st.integers(-2, 20), st.integers(), NUMBER_LIKE)
 
 
@@ -222,8 +274,12 @@ def perturbed_runs(draw, launcher: str):
     environ = dict(environ)
     change = draw(st.sampled_from(["none", "set", "set", "remove", "option"]))
     if change == "set":
-        name = draw(st.one_of(st.sampled_from(sorted(environ)) if environ else st.nothing(),
-                              st.sampled_from(ALL_VARIABLES)))
+        name = draw(
+            st.one_of(
+                st.sampled_from(sorted(environ)) if environ else st.nothing(),
+                st.sampled_from(ALL_VARIABLES),
+            )
+        )
         environ[name] = draw(st.one_of(ENV_TEXT, st.integers(-2, 40).map(str)))
     elif change == "remove" and environ:
         del environ[draw(st.sampled_from(sorted(environ)))]
@@ -241,13 +297,30 @@ def test_a_launcher_environment_resolves_or_names_the_variable(launcher, data, k
     environ, options, expected = data.draw(perturbed_runs(launcher), label="run")
     ctx = resolve_or_refuse(options, environ, kind)
     if expected is not None and (kind is None or not kind.is_accelerator):
-        assert ctx is not None and (ctx.mode, ctx.rank, ctx.local_rank, ctx.world_size,
-                                    ctx.local_world_size, ctx.node_rank, ctx.nnodes) == expected
+        assert (
+            ctx is not None
+            and (
+                ctx.mode,
+                ctx.rank,
+                ctx.local_rank,
+                ctx.world_size,
+                ctx.local_world_size,
+                ctx.node_rank,
+                ctx.nnodes,
+            )
+            == expected
+        )
 
 
 # What the properties above found, minimised.
-SHELL_LOOP = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
-              "MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
+SHELL_LOOP = {
+    "RANK": "0",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "n1",
+    "MASTER_PORT": "29500",
+}
 
 
 def refusal(options: LaunchOptions, environ: Dict[str, str]) -> str:
@@ -258,23 +331,28 @@ def refusal(options: LaunchOptions, environ: Dict[str, str]) -> str:
 
 
 def test_a_group_rank_beyond_the_nodes_is_named():
-    environ = dict(SHELL_LOOP, RANK="11", WORLD_SIZE="16", LOCAL_RANK="3", LOCAL_WORLD_SIZE="8",
-                   GROUP_RANK="5")
+    environ = dict(
+        SHELL_LOOP, RANK="11", WORLD_SIZE="16", LOCAL_RANK="3", LOCAL_WORLD_SIZE="8", GROUP_RANK="5"
+    )
     assert refusal(LaunchOptions(), environ).startswith(
-        "GROUP_RANK=5 is not below the 2 node(s) of WORLD_SIZE=16 / LOCAL_WORLD_SIZE=8")
+        "GROUP_RANK=5 is not below the 2 node(s) of WORLD_SIZE=16 / LOCAL_WORLD_SIZE=8"
+    )
     assert refusal(LaunchOptions(), dict(SHELL_LOOP, NODE_RANK="1")).startswith(
-        "NODE_RANK=1 is not below the 1 node(s)")
+        "NODE_RANK=1 is not below the 1 node(s)"
+    )
 
 
 @pytest.mark.parametrize("addr", [" 0 ", "a b", "n1\nn2", "10.0.0.1 172.17.0.1"])
 def test_a_master_address_with_a_blank_is_named(addr):
     assert refusal(LaunchOptions(), dict(SHELL_LOOP, MASTER_ADDR=addr)).startswith(
-        f"MASTER_ADDR={addr!r} is not a host name or IP address: set it to the address of "
-        "node 0")
-    assert refusal(LaunchOptions(rank=1, world_size=2, dist_url=f"tcp://{addr}:80"), {}) \
-        .startswith(f"init_method host={addr!r} is not a host name")
+        f"MASTER_ADDR={addr!r} is not a host name or IP address: set it to the address of node 0"
+    )
+    assert refusal(LaunchOptions(rank=1, world_size=2, dist_url=f"tcp://{addr}:80"), {}).startswith(
+        f"init_method host={addr!r} is not a host name"
+    )
     assert refusal(LaunchOptions(rank=1, world_size=2, addr=addr, cli=True), {}).startswith(
-        f"--addr={addr!r} is not a host name")
+        f"--addr={addr!r} is not a host name"
+    )
 
 
 def test_a_count_in_other_digits_does_not_make_a_launcher():
@@ -286,7 +364,8 @@ def test_a_count_in_other_digits_does_not_make_a_launcher():
 def test_a_local_rank_argument_beyond_the_node_names_the_argument():
     environ = {name: SHELL_LOOP[name] for name in SHELL_LOOP if name != "LOCAL_RANK"}
     assert refusal(LaunchOptions(local_rank=3, cli=True), environ).startswith(
-        "--local-rank=3 is not below LOCAL_WORLD_SIZE=2")
+        "--local-rank=3 is not below LOCAL_WORLD_SIZE=2"
+    )
 
 
 def test_ranks_started_by_hand_keep_the_device_they_were_given_as_local_rank():
@@ -303,14 +382,17 @@ def test_options_given_as_text_are_read_as_numbers():
     assert (ctx.rank, ctx.world_size, ctx.master_port) == (1, 2, 1234)
 
 
-@pytest.mark.parametrize("options, says", [
-    (dict(rank="x"), "rank='x' is not an integer"),
-    (dict(rank="1\n2", cli=True), "--rank '1\\n2' is not an integer"),
-    (dict(gpu=1.5), "gpu=1.5 is not an integer"),
-    (dict(world_size=True), "world_size=True is not an integer"),
-    (dict(device_list=[0, 0]), "device_list=[0, 0] must list distinct device ids"),
-    (dict(device_list="0,-1", cli=True), "--device-list 0,-1 must list distinct device ids"),
-])
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        (dict(rank="x"), "rank='x' is not an integer"),
+        (dict(rank="1\n2", cli=True), "--rank '1\\n2' is not an integer"),
+        (dict(gpu=1.5), "gpu=1.5 is not an integer"),
+        (dict(world_size=True), "world_size=True is not an integer"),
+        (dict(device_list=[0, 0]), "device_list=[0, 0] must list distinct device ids"),
+        (dict(device_list="0,-1", cli=True), "--device-list 0,-1 must list distinct device ids"),
+    ],
+)
 def test_options_that_are_not_integers_are_named(options, says):
     with pytest.raises(UsageError) as raised:
         LaunchOptions(**options)
@@ -326,15 +408,25 @@ VALUES = st.one_of(ENV_TEXT, st.integers(-2, 40).map(str))
 def options_anyhow(draw) -> dict:
     """LaunchOptions' arguments as any caller could give them (mostly none)."""
     given_fields = draw(st.sets(st.sampled_from(OPTION_FIELDS), max_size=3))
-    return dict(cli=draw(st.booleans()),
-                **{field: draw(_option_values(field)) for field in given_fields})
+    return dict(
+        cli=draw(st.booleans()), **{field: draw(_option_values(field)) for field in given_fields}
+    )
 
 
-@given(st.dictionaries(st.sampled_from(ALL_VARIABLES), VALUES, max_size=12), options_anyhow(),
-       KINDS)
+@given(
+    st.dictionaries(st.sampled_from(ALL_VARIABLES), VALUES, max_size=12), options_anyhow(), KINDS
+)
 @example({"SLURM_NTASKS": "²", "SLURM_PROCID": "0"}, {}, CPU)
-@example({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
-          "SLURM_TASKS_PER_NODE": "1(x99999999999999)"}, {}, CPU)
+@example(
+    {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "0",
+        "SLURM_TASKS_PER_NODE": "1(x99999999999999)",
+    },
+    {},
+    CPU,
+)
 def test_any_launcher_variables_resolve_or_name_one(environ, options, kind):
     assert launcher_of(environ) in {env.name for env in ENVIRONMENTS} | {None}
     resolve_or_refuse(options, environ, kind)
@@ -382,8 +474,9 @@ def node_lists(draw) -> Tuple[str, List[str]]:
 
 
 @given(node_lists())
-@example(("node[01-04,7],gpu-[1-2]",
-          ["node01", "node02", "node03", "node04", "node7", "gpu-1", "gpu-2"]))
+@example(
+    ("node[01-04,7],gpu-[1-2]", ["node01", "node02", "node03", "node04", "node7", "gpu-1", "gpu-2"])
+)
 @example(("rack[1-2]-n[09-10]", ["rack1-n09", "rack1-n10", "rack2-n09", "rack2-n10"]))
 @example(("n[9-10]", ["n9", "n10"]))
 def test_a_node_list_expands_to_its_hosts(node_list):
@@ -392,8 +485,11 @@ def test_a_node_list_expands_to_its_hosts(node_list):
     assert first_host("SLURM_JOB_NODELIST", text) == expected[0]
 
 
-NODE_LIST_TEXT = st.one_of(ENV_TEXT, st.text("node[]-,0123 \n9x(", max_size=20),
-                           node_lists().map(lambda pair: pair[0] + "]"))
+NODE_LIST_TEXT = st.one_of(
+    ENV_TEXT,
+    st.text("node[]-,0123 \n9x(", max_size=20),
+    node_lists().map(lambda pair: pair[0] + "]"),
+)
 
 
 @given(NODE_LIST_TEXT, st.sampled_from(["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"]))
@@ -409,25 +505,38 @@ def test_any_node_list_gives_hosts_or_names_the_variable(text, variable):
         return
     assert first == listed[0] and all(set(host) <= set(NAME_CHARS) for host in listed)
     # Slurm's node 0 is the first host of the list.
-    environ = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
-               "SLURM_NTASKS_PER_NODE": "1", variable: text}
+    environ = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS_PER_NODE": "1",
+        variable: text,
+    }
     assert resolve_launch(LaunchOptions(), environ, CPU).master_addr == first
 
 
 LAYOUT_TEXT = st.one_of(
     ENV_TEXT,
-    st.lists(st.tuples(st.integers(-1, 10), st.one_of(st.none(), st.integers(-1, 10 ** 15))),
-             min_size=1, max_size=3).map(lambda items: ",".join(
-                 str(n) if x is None else f"{n}(x{x})" for n, x in items)))
+    st.lists(
+        st.tuples(st.integers(-1, 10), st.one_of(st.none(), st.integers(-1, 10**15))),
+        min_size=1,
+        max_size=3,
+    ).map(lambda items: ",".join(str(n) if x is None else f"{n}(x{x})" for n, x in items)),
+)
 
 
-@given(LAYOUT_TEXT, st.integers(1, 10 ** 15))
+@given(LAYOUT_TEXT, st.integers(1, 10**15))
 @example("1(x99999999999999)", 99999999999999)
 @example("²", 2)
 def test_any_tasks_per_node_layout_reads_or_names_the_variable(layout, ntasks):
-    environ = {"SLURM_PROCID": str(ntasks - 1), "SLURM_NTASKS": str(ntasks),
-               "SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": layout,
-               "SLURM_JOB_NODELIST": "n1", "MASTER_ADDR": "n1"}
+    environ = {
+        "SLURM_PROCID": str(ntasks - 1),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_LOCALID": "0",
+        "SLURM_TASKS_PER_NODE": layout,
+        "SLURM_JOB_NODELIST": "n1",
+        "MASTER_ADDR": "n1",
+    }
     try:
         counts = tasks_per_node("SLURM_TASKS_PER_NODE", layout)
     except UsageError as error:
@@ -439,37 +548,76 @@ def test_any_tasks_per_node_layout_reads_or_names_the_variable(layout, ntasks):
 
 # -- Ascend's rank table ------------------------------------------------------------------------
 
+
 def rank_table(servers: List[int], v12: bool = False) -> dict:
     """A valid rank table: `servers[s]` devices on server s, every value a string."""
     ranks = itertools.count()
     server_list = []
     for s, devices in enumerate(servers):
-        server = {"server_id": f"server-{s}",
-                  "device": [{"device_id": str(d), "device_ip": f"192.168.{s}.{d}",
-                              "rank_id": str(next(ranks))} for d in range(devices)]}
+        server = {
+            "server_id": f"server-{s}",
+            "device": [
+                {"device_id": str(d), "device_ip": f"192.168.{s}.{d}", "rank_id": str(next(ranks))}
+                for d in range(devices)
+            ],
+        }
         if v12:
             server["host_ip"] = f"10.0.0.{s + 1}"
         server_list.append(server)
-    return {"status": "completed", "version": "1.2" if v12 else "1.0",
-            "server_count": str(len(servers)), "server_list": server_list}
+    return {
+        "status": "completed",
+        "version": "1.2" if v12 else "1.0",
+        "server_count": str(len(servers)),
+        "server_list": server_list,
+    }
 
 
 JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-              st.text(max_size=8), st.sampled_from(["0", "1", "completed", "2", " 1"])),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.text(max_size=8),
+        st.sampled_from(["0", "1", "completed", "2", " 1"]),
+    ),
     lambda children: st.one_of(
         st.lists(children, max_size=4),
-        st.dictionaries(st.one_of(st.sampled_from(
-            ["status", "server_count", "server_list", "server_id", "host_ip", "device",
-             "device_id", "device_ip", "rank_id"]), st.text(max_size=5)), children, max_size=5)),
-    max_leaves=20)
+        st.dictionaries(
+            st.one_of(
+                st.sampled_from(
+                    [
+                        "status",
+                        "server_count",
+                        "server_list",
+                        "server_id",
+                        "host_ip",
+                        "device",
+                        "device_id",
+                        "device_ip",
+                        "rank_id",
+                    ]
+                ),
+                st.text(max_size=5),
+            ),
+            children,
+            max_size=5,
+        ),
+    ),
+    max_leaves=20,
+)
 
 
 def _places(value, path=()):
     """Every (path, value) inside a JSON value."""
     yield path, value
-    children = (value.items() if isinstance(value, dict) else
-                enumerate(value) if isinstance(value, list) else ())
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, child in children:
         yield from _places(child, path + (key,))
 
@@ -477,8 +625,9 @@ def _places(value, path=()):
 @st.composite
 def broken_tables(draw) -> dict:
     """A valid rank table with one field removed, retyped or set to any value."""
-    table = rank_table(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)),
-                       draw(st.booleans()))
+    table = rank_table(
+        draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)), draw(st.booleans())
+    )
     places = [path for path, _ in _places(table) if path]
     path = draw(st.sampled_from(places))
     parent = table
@@ -489,8 +638,13 @@ def broken_tables(draw) -> dict:
         del parent[path[-1]]
     elif how == "retype":
         old = parent[path[-1]]
-        parent[path[-1]] = (int(old) if isinstance(old, str) and old.isdigit() else
-                            [old] if not isinstance(old, list) else {"0": old})
+        parent[path[-1]] = (
+            int(old)
+            if isinstance(old, str) and old.isdigit()
+            else [old]
+            if not isinstance(old, list)
+            else {"0": old}
+        )
     else:
         parent[path[-1]] = draw(JSON)
     return table
@@ -516,9 +670,14 @@ def test_a_valid_rank_table_places_every_rank(table_path, servers, v12, data):
     _write_table(table_path, rank_table(servers, v12))
     rank = data.draw(st.integers(0, sum(servers) - 1))
     ctx = _resolve_table(table_path, str(rank))
-    node = next(s for s in range(len(servers)) if rank < sum(servers[:s + 1]))
+    node = next(s for s in range(len(servers)) if rank < sum(servers[: s + 1]))
     assert (ctx.rank, ctx.world_size, ctx.node_rank, ctx.nnodes, ctx.local_world_size) == (
-        rank, sum(servers), node, len(servers), servers[node])
+        rank,
+        sum(servers),
+        node,
+        len(servers),
+        servers[node],
+    )
     assert ctx.master_addr == ("10.0.0.1" if v12 else "server-0") or len(servers) == 1
 
 
@@ -550,8 +709,11 @@ def test_a_rank_table_of_any_bytes_is_read_or_named(table_path, data):
 def test_a_rank_table_that_is_not_a_readable_file_is_named(tmp_path):
     fifo = tmp_path / "table.fifo"
     os.mkfifo(fifo)  # opening it would wait forever for a writer
-    cases = [(tmp_path, "is not a file"), (fifo, "is not a file"),
-             (tmp_path / "missing.json", "cannot be read (No such file or directory)")]
+    cases = [
+        (tmp_path, "is not a file"),
+        (fifo, "is not a file"),
+        (tmp_path / "missing.json", "cannot be read (No such file or directory)"),
+    ]
     if os.geteuid() != 0:  # root reads any file
         unreadable = tmp_path / "unreadable.json"
         unreadable.write_text("{}")
@@ -561,13 +723,18 @@ def test_a_rank_table_that_is_not_a_readable_file_is_named(tmp_path):
         with pytest.raises(UsageError) as raised:
             resolve_launch(LaunchOptions(), {"RANK_TABLE_FILE": str(path), "RANK_ID": "0"}, CPU)
         assert assert_usage_line(raised.value, ["RANK_TABLE_FILE"]).startswith(
-            f"RANK_TABLE_FILE={str(path)!r} {says}: point RANK_TABLE_FILE at the rank table")
+            f"RANK_TABLE_FILE={str(path)!r} {says}: point RANK_TABLE_FILE at the rank table"
+        )
 
 
 # -- the init method URL, --addr and --port -----------------------------------------------------
 
-@given(st.one_of(HOSTS, st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", fullmatch=True)), PORTS,
-       st.booleans())
+
+@given(
+    st.one_of(HOSTS, st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", fullmatch=True)),
+    PORTS,
+    st.booleans(),
+)
 def test_a_tcp_init_method_gives_its_host_and_port(host, port, cli):
     shown = f"[{host}]" if ":" in host else host
     options = LaunchOptions(rank=1, world_size=2, dist_url=f"tcp://{shown}:{port}", cli=cli)
@@ -578,8 +745,14 @@ def test_a_tcp_init_method_gives_its_host_and_port(host, port, cli):
 
 DIST_URLS = st.one_of(
     ENV_TEXT,
-    st.builds("{}{}{}:{}".format, st.sampled_from(["tcp://", "TCP://", "env://", "file://", ""]),
-              st.sampled_from(["", "[", "]"]), st.one_of(HOSTS, ENV_TEXT), NUMBER_LIKE))
+    st.builds(
+        "{}{}{}:{}".format,
+        st.sampled_from(["tcp://", "TCP://", "env://", "file://", ""]),
+        st.sampled_from(["", "[", "]"]),
+        st.one_of(HOSTS, ENV_TEXT),
+        NUMBER_LIKE,
+    ),
+)
 
 
 @given(DIST_URLS, st.booleans(), st.booleans())
@@ -588,13 +761,18 @@ DIST_URLS = st.one_of(
 @example("tcp://host:٣٣", False, False)
 @example("tcp://host:" + "9" * 5000, False, False)
 def test_any_init_method_is_understood_or_named(url, cli, spawning):
-    options = dict(rank=0, world_size=2, dist_url=url, cli=cli,
-                   multiprocessing_distributed=spawning)
+    options = dict(
+        rank=0, world_size=2, dist_url=url, cli=cli, multiprocessing_distributed=spawning
+    )
     resolve_or_refuse(options, {}, CPU)
 
 
-@given(st.one_of(st.none(), ENV_TEXT, HOSTS), st.one_of(st.none(), st.integers(), NUMBER_LIKE),
-       st.dictionaries(st.sampled_from(["MASTER_ADDR", "MASTER_PORT"]), VALUES), st.booleans())
+@given(
+    st.one_of(st.none(), ENV_TEXT, HOSTS),
+    st.one_of(st.none(), st.integers(), NUMBER_LIKE),
+    st.dictionaries(st.sampled_from(["MASTER_ADDR", "MASTER_PORT"]), VALUES),
+    st.booleans(),
+)
 @example(" 0 ", None, {}, False)
 @example("\n", None, {}, True)
 def test_any_master_address_and_port_work_or_are_named(addr, port, environ, cli):
@@ -605,9 +783,13 @@ def test_any_master_address_and_port_work_or_are_named(addr, port, environ, cli)
 # -- torch.distributed.launch's --local-rank argument -------------------------------------------
 
 LOCAL_RANK_FLAGS = st.sampled_from(["--local-rank", "--local_rank"])
-OTHER_ARGS = st.lists(st.one_of(st.sampled_from(["--epochs", "3", "-b", "--lr=0.1", "data"]),
-                                ENV_TEXT.filter(lambda a: not a.startswith("--local"))),
-                      max_size=4)
+OTHER_ARGS = st.lists(
+    st.one_of(
+        st.sampled_from(["--epochs", "3", "-b", "--lr=0.1", "data"]),
+        ENV_TEXT.filter(lambda a: not a.startswith("--local")),
+    ),
+    max_size=4,
+)
 
 
 @given(OTHER_ARGS, OTHER_ARGS, LOCAL_RANK_FLAGS, st.integers(0, 1000), st.booleans())
@@ -617,9 +799,18 @@ def test_the_local_rank_argument_is_taken_out_of_argv(before, after, flag, value
     assert (remaining, local_rank) == (before + after, value)
 
 
-@given(st.lists(st.one_of(LOCAL_RANK_FLAGS, LOCAL_RANK_FLAGS.map(lambda f: f + "="),
-                          st.builds("{}={}".format, LOCAL_RANK_FLAGS, ENV_TEXT),
-                          ENV_TEXT, NUMBER_LIKE), max_size=5))
+@given(
+    st.lists(
+        st.one_of(
+            LOCAL_RANK_FLAGS,
+            LOCAL_RANK_FLAGS.map(lambda f: f + "="),
+            st.builds("{}={}".format, LOCAL_RANK_FLAGS, ENV_TEXT),
+            ENV_TEXT,
+            NUMBER_LIKE,
+        ),
+        max_size=5,
+    )
+)
 @example(["--local-rank"])
 @example(["--local_rank=²"])
 def test_any_local_rank_argument_is_a_number_or_named(argv):
@@ -629,8 +820,7 @@ def test_any_local_rank_argument_is_a_number_or_named(argv):
         assert_usage_line(error, ["--local-rank", "--local_rank"])
         return
     assert local_rank is None or local_rank >= 0
-    assert not any(arg.partition("=")[0] in ("--local-rank", "--local_rank")
-                   for arg in remaining)
+    assert not any(arg.partition("=")[0] in ("--local-rank", "--local_rank") for arg in remaining)
 
 
 @given(st.dictionaries(st.sampled_from(ALL_VARIABLES), VALUES), options_anyhow())

@@ -48,9 +48,14 @@ TIMEOUT_S = 120
 # Budgets: hypothesmith draws a module in up to 0.1 s and each port takes as long, so the
 # generated-module tests try half the profile's examples (75 under "ci", 2500 under
 # "long"); the others take the profile's own.
-GENERATED = settings(max_examples=max(20, settings.default.max_examples // 2),
-                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                            HealthCheck.data_too_large])
+GENERATED = settings(
+    max_examples=max(20, settings.default.max_examples // 2),
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+    ],
+)
 
 # CUDA-only (and Ascend-only) idioms the rewrites act on, and some they report or keep.
 IDIOMS = [
@@ -91,14 +96,19 @@ IDIOM_STATEMENTS = [cst.parse_module(idiom + "\n").body for idiom in IDIOMS]
 # Whole scripts to break: the two shortest of the CUDA-only corpus, every idiom in a
 # function, and a short one with every kind of line ending. Short, so that a byte changed
 # at random lands somewhere that matters and each example ports quickly.
-SCRIPTS = [(CORPUS / name).read_bytes() for name in ("launch_local_rank.py",
-                                                     "spawn_checkpoint.py")] + [
-    ("# -*- coding: utf-8 -*-\n\"\"\"Every idiom.\"\"\"\n" + "\n".join(IDIOMS[:6]) +
-     "\n\n\ndef train(model, x, data, path, local_rank):\n" +
-     "".join(f"    {line}\n" for idiom in IDIOMS[6:] for line in idiom.splitlines()) +
-     "    return model  # caf\u00e9\n").encode(),
+SCRIPTS = [
+    (CORPUS / name).read_bytes() for name in ("launch_local_rank.py", "spawn_checkpoint.py")
+] + [
+    (
+        '# -*- coding: utf-8 -*-\n"""Every idiom."""\n'
+        + "\n".join(IDIOMS[:6])
+        + "\n\n\ndef train(model, x, data, path, local_rank):\n"
+        + "".join(f"    {line}\n" for idiom in IDIOMS[6:] for line in idiom.splitlines())
+        + "    return model  # caf\u00e9\n"
+    ).encode(),
     b"import torch\r\nmodel = torch.nn.Linear(2, 2).cuda()\r\n\r\n"
-    b"def main():\n    x = torch.ones(2).cuda()\r    return model(x)\n"]
+    b"def main():\n    x = torch.ones(2).cuda()\r    return model(x)\n",
+]
 
 # Lone \r line ends after backslashes, and characters of several bytes: libcst's parser
 # panics ("byte index 20 is not a char boundary").
@@ -106,11 +116,22 @@ PANIC = "try:\n\\\r\r class V\U0002e1e0\u0134:\\\ns\nexcept \\\r :\n p".encode()
 MODULES = st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node())
 # Without hypothesmith's targeting, which grows programs to kilobytes that take it seconds
 # each to draw: what the idioms are put into is varied rather than large.
-SMALL_MODULES = st.one_of(hypothesmith.from_grammar(auto_target=False),
-                          hypothesmith.from_node(auto_target=False))
+SMALL_MODULES = st.one_of(
+    hypothesmith.from_grammar(auto_target=False), hypothesmith.from_node(auto_target=False)
+)
 TEXT = st.text().map(lambda text: text.encode("utf-8", "surrogatepass"))
-ENCODINGS = ["utf-8", "latin-1", "ascii", "cp1252", "utf-16", "utf-8-sig", "koi8-r", "nope",
-             "shift_jis", "utf-32"]
+ENCODINGS = [
+    "utf-8",
+    "latin-1",
+    "ascii",
+    "cp1252",
+    "utf-16",
+    "utf-8-sig",
+    "koi8-r",
+    "nope",
+    "shift_jis",
+    "utf-32",
+]
 
 
 def parses(data: bytes, compiled: bool = True) -> bool:
@@ -159,18 +180,24 @@ def assert_only_idioms_changed(script: bytes, out: bytes) -> None:
     """Every line the port removed or rewrote is one of an idiom's: the code around them
     is kept byte for byte, its line endings included (where the last line is removed, the
     one before it may become the last, and like it end the file without a newline)."""
-    before, after = [(data if data.endswith((b"\n", b"\r")) else data + b"\n").splitlines(True)
-                     for data in (script, out)]
+    before, after = [
+        (data if data.endswith((b"\n", b"\r")) else data + b"\n").splitlines(True)
+        for data in (script, out)
+    ]
     matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
     for tag, start, end, _, _ in matcher.get_opcodes():
         if tag in ("replace", "delete"):
             changed = [line for line in before[start:end] if line.strip()]
-            strange = [line for line in changed if line.decode("utf-8", "replace").strip()
-                       not in IDIOM_LINES]
+            strange = [
+                line
+                for line in changed
+                if line.decode("utf-8", "replace").strip() not in IDIOM_LINES
+            ]
             assert not strange, f"lines outside the idioms changed: {strange}"
 
 
 # -- scripts: hypothesmith modules with CUDA idioms in their blocks -----------------------
+
 
 class _Blocks(cst.CSTVisitor):
     """Every statement list of a module: its body and each indented block's."""
@@ -197,7 +224,7 @@ class _Insert(cst.CSTTransformer):
         body = list(updated.body)
         places = sorted(self.where.get(id(original), []), key=lambda place: -place[0])
         for index, statements in places:  # from the end, so each index still holds
-            body[min(index, len(body)):min(index, len(body))] = statements
+            body[min(index, len(body)) : min(index, len(body))] = statements
         return updated.with_changes(body=body)
 
     leave_Module = leave_IndentedBlock = _insert
@@ -216,7 +243,7 @@ def scripts(draw) -> bytes:
             raise
         head = "".join(IDIOMS[i] + "\n" for i in chosen[::2])
         tail = "".join(IDIOMS[i] + "\n" for i in chosen[1::2])
-        script = (head + code + ("" if code.endswith(("\n", "\r")) else "\n") + tail)
+        script = head + code + ("" if code.endswith(("\n", "\r")) else "\n") + tail
     else:
         finder = _Blocks()
         module.visit(finder)
@@ -262,6 +289,7 @@ def test_cuda_idioms_in_any_surroundings(script):
 
 # -- any bytes: ported, or refused with the line -------------------------------------------
 
+
 @st.composite
 def broken_scripts(draw) -> bytes:
     """A valid script with something done to it that a file can suffer: a byte inserted,
@@ -270,19 +298,36 @@ def broken_scripts(draw) -> bytes:
     data = draw(st.sampled_from(SCRIPTS))
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(0, len(data)))
-        how = draw(st.sampled_from(["insert", "cut", "replace", "nul", "bom", "declare",
-                                    "crlf", "cr", "tabs", "truncate", "utf16"]))
+        how = draw(
+            st.sampled_from(
+                [
+                    "insert",
+                    "cut",
+                    "replace",
+                    "nul",
+                    "bom",
+                    "declare",
+                    "crlf",
+                    "cr",
+                    "tabs",
+                    "truncate",
+                    "utf16",
+                ]
+            )
+        )
         if how == "insert":
             data = data[:at] + draw(st.binary(min_size=1, max_size=3)) + data[at:]
         elif how == "cut":
-            data = data[:at] + data[at + draw(st.integers(1, 20)):]
+            data = data[:at] + data[at + draw(st.integers(1, 20)) :]
         elif how == "replace":
-            data = data[:at] + draw(st.binary(min_size=1, max_size=1)) + data[at + 1:]
+            data = data[:at] + draw(st.binary(min_size=1, max_size=1)) + data[at + 1 :]
         elif how == "nul":
             data = data[:at] + b"\0" + data[at:]
         elif how == "bom":
-            data = draw(st.sampled_from([codecs.BOM_UTF8, codecs.BOM_UTF16_LE,
-                                         codecs.BOM_UTF8 * 2])) + data
+            data = (
+                draw(st.sampled_from([codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF8 * 2]))
+                + data
+            )
         elif how == "declare":
             data = f"# -*- coding: {draw(st.sampled_from(ENCODINGS))} -*-\n".encode() + data
         elif how == "crlf":
@@ -298,8 +343,12 @@ def broken_scripts(draw) -> bytes:
     return data
 
 
-ANY_BYTES = st.one_of(TEXT, st.binary(), broken_scripts(), scripts().map(
-    lambda data: data[:len(data) // 2] + b"\0" + data[len(data) // 2:]))
+ANY_BYTES = st.one_of(
+    TEXT,
+    st.binary(),
+    broken_scripts(),
+    scripts().map(lambda data: data[: len(data) // 2] + b"\0" + data[len(data) // 2 :]),
+)
 
 
 @given(ANY_BYTES)
@@ -313,8 +362,11 @@ ANY_BYTES = st.one_of(TEXT, st.binary(), broken_scripts(), scripts().map(
 @example("x = 1\ny = '\u2028'\n".encode())
 @example(b"x = (" + b" ".join([b"'a'"] * 5000) + b")\n")
 @example(b"x = " + b"+".join([b"a"] * 5000) + b"\n")  # RecursionError in Python's parser
-@example(b"if x == 0:\n    a = 0\n" + b"".join(b"elif x == %d:\n    a = %d\n" % (i, i)
-                                                for i in range(1, 1000)) + b"y = z.cuda()\n")
+@example(
+    b"if x == 0:\n    a = 0\n"
+    + b"".join(b"elif x == %d:\n    a = %d\n" % (i, i) for i in range(1, 1000))
+    + b"y = z.cuda()\n"
+)
 @example(b"x = " + b"-" * 900 + b"1\ny = z.cuda()\n")  # RecursionError in libcst's visitors
 def test_any_bytes_are_ported_or_refused_with_their_line(data):
     """port_source(bytes): the ported bytes, or ParseFailure whose one line names the file
@@ -324,9 +376,10 @@ def test_any_bytes_are_ported_or_refused_with_their_line(data):
     except ParseFailure as error:
         message = assert_refused(error, data)
         if parses(data, compiled=False):  # Python reads it: libcst cannot, or not deep enough
-            assert any(why in message for why in ("with libcst", "too deeply", "text: byte")), \
+            assert any(why in message for why in ("with libcst", "too deeply", "text: byte")), (
                 message
-        event(f"refused: {re.split(r'[(:]', message[len('fuzz.py: '):])[0]}")
+            )
+        event(f"refused: {re.split(r'[(:]', message[len('fuzz.py: ') :])[0]}")
         return
     event("ported" if report.changes else "unchanged")
     assert parses(data, compiled=False)
@@ -339,26 +392,36 @@ def test_any_bytes_are_ported_or_refused_with_their_line(data):
 # -- the command, in-process -----------------------------------------------------------
 
 GOOD = "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
-FILES = {"good.py": GOOD.encode(), "plain.py": b"print('hi')\n", "nul.py": b"x = 1\n\x00\n",
-         "latin.py": b"x = '\xe9'\n", "sub/deep.py": GOOD.encode(), "notes.txt": b"text\n"}
+FILES = {
+    "good.py": GOOD.encode(),
+    "plain.py": b"print('hi')\n",
+    "nul.py": b"x = 1\n\x00\n",
+    "latin.py": b"x = '\xe9'\n",
+    "sub/deep.py": GOOD.encode(),
+    "notes.txt": b"text\n",
+}
 NAME = st.text(st.characters(exclude_characters="/"), min_size=1, max_size=12).filter(
-    lambda name: name not in (".", ".."))
-KNOWN_PATH = st.sampled_from(sorted(FILES) + ["sub", ".", "out", "r.json", "missing.py", "",
-                                              "sub/new", "x" * 300])
+    lambda name: name not in (".", "..")
+)
+KNOWN_PATH = st.sampled_from(
+    sorted(FILES) + ["sub", ".", "out", "r.json", "missing.py", "", "sub/new", "x" * 300]
+)
 PORTABLE = st.sampled_from(["good.py", "plain.py", "sub", "sub/deep.py"])
 PATH = st.integers(0, 3).flatmap(  # mostly names that can be ported, then other known ones
-    lambda i: [NAME, KNOWN_PATH, PORTABLE, PORTABLE][i])
-OPTION = st.one_of(st.sampled_from([("--write",), ("--check",), ("--",), ("-x",)]),
-                   st.tuples(st.sampled_from(["--out", "--report"]), PATH),
-                   PATH.map(lambda path: (f"--out={path}",)))
+    lambda i: [NAME, KNOWN_PATH, PORTABLE, PORTABLE][i]
+)
+OPTION = st.one_of(
+    st.sampled_from([("--write",), ("--check",), ("--",), ("-x",)]),
+    st.tuples(st.sampled_from(["--out", "--report"]), PATH),
+    PATH.map(lambda path: (f"--out={path}",)),
+)
 
 
 @st.composite
 def command_lines(draw) -> List[str]:
     """port's options and paths, in any order; or any tokens at all."""
     if draw(st.integers(0, 3)) == 0:
-        return draw(st.lists(st.one_of(PATH, OPTION.map(lambda option: option[0])),
-                             max_size=6))
+        return draw(st.lists(st.one_of(PATH, OPTION.map(lambda option: option[0])), max_size=6))
     tokens = [[token for token in option] for option in draw(st.lists(OPTION, max_size=3))]
     tokens += [[path] for path in draw(st.lists(PATH, min_size=1, max_size=3))]
     return [token for group in draw(st.permutations(tokens)) for token in group]
@@ -432,21 +495,27 @@ def test_any_command_line_works_or_is_one_line(argv):
         event(f"refused: {re.sub(r'.*?: error: (.*?: )?', '', line)[:30]}")
     else:
         assert code in (0, 1) and err == "", (code, err)
-        assert not [name for name in after if Path(name).name.startswith(".")], \
+        assert not [name for name in after if Path(name).name.startswith(".")], (
             f"a temporary file was left: {sorted(after)}"
+        )
         for name in set(before) & set(after):
             if after[name] != before[name]:  # the report, or rewritten in place and whole
-                assert is_report(after[name]) or ("--write" in argv and parses(after[name])), \
-                    name
+                assert is_report(after[name]) or ("--write" in argv and parses(after[name])), name
         event(f"exit {code}")
 
 
 # -- the command, as a user runs it ---------------------------------------------------
 
+
 def port_command(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devicekit", "port", *map(str, args)],
-                          cwd=cwd, env=clean_environ(), capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "devicekit", "port", *map(str, args)],
+        cwd=cwd,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def test_a_file_with_a_nul_byte_is_refused_and_nothing_is_written(tmp_path):

@@ -67,6 +67,7 @@ def assert_script_refused(error: BaseException, data: bytes, name: str) -> str:
 
 # -- the script: read and compiled, never run --------------------------------------------
 
+
 @given(st.one_of(ANY_BYTES, scripts()))
 @example(b"x = 1\n\x00\n")  # was: the run's SyntaxError traceback and exit 1
 @example(b"def f(:\n    pass\n")
@@ -96,26 +97,51 @@ WHEEL = io.BytesIO()
 with zipfile.ZipFile(WHEEL, "w") as archive:
     archive.writestr(npu_ops.YAML_IN_WHEEL, OPS)
 # -m NAME looks its top-level module up without importing anything (json: imported already).
-FILES = {"train.py": TRAIN, "broken.py": b"x = (\n", "ops.yaml": OPS, "bad.yaml": b"a: b: c\n",
-         "torch_npu-2.13.0.whl": WHEEL.getvalue(), "fake.whl": b"PK not a zip",
-         "sub/keep.txt": b"", "mod_here.py": TRAIN}
+FILES = {
+    "train.py": TRAIN,
+    "broken.py": b"x = (\n",
+    "ops.yaml": OPS,
+    "bad.yaml": b"a: b: c\n",
+    "torch_npu-2.13.0.whl": WHEEL.getvalue(),
+    "fake.whl": b"PK not a zip",
+    "sub/keep.txt": b"",
+    "mod_here.py": TRAIN,
+}
 NAME = st.text(st.characters(exclude_characters="/"), max_size=12).filter(
-    lambda name: name not in (".", ".."))
+    lambda name: name not in (".", "..")
+)
 KNOWN_FILE = st.sampled_from(sorted(FILES) + ["missing.py", "sub", "report.json", "", "x" * 300])
 FILE = st.integers(0, 3).flatmap(lambda i: KNOWN_FILE if i else NAME)  # mostly known names
 OPTION = st.one_of(
-    st.tuples(st.just("--steps"), st.one_of(st.sampled_from(["0", "3", "-1", "x", "1e3", ""]),
-                                            st.integers().map(str), NAME)),
+    st.tuples(
+        st.just("--steps"),
+        st.one_of(st.sampled_from(["0", "3", "-1", "x", "1e3", ""]), st.integers().map(str), NAME),
+    ),
     st.tuples(st.just("--json"), FILE),
-    st.tuples(st.just("--torch-npu"), st.one_of(st.sampled_from(["2.13.0", "2.1.0", ""]),
-                                                NAME)),
+    st.tuples(st.just("--torch-npu"), st.one_of(st.sampled_from(["2.13.0", "2.1.0", ""]), NAME)),
     st.tuples(st.just("--ops"), FILE),
-    st.sampled_from([("--strict",), ("--npu-stand-in",), ("--steps=2",), ("--json=sub",),
-                     ("--st", "2"), ("-x",), ("--",)]))
-MODULE = st.one_of(st.sampled_from(["mod_here", "json.tool", "nosuch_module_here", "a b", "1x",
-                                     "os..path", ""]), NAME)
-TARGET = st.one_of(st.just(["train.py"]), FILE.map(lambda name: [name]),
-                   MODULE.map(lambda name: ["-m", name]), st.just([]))
+    st.sampled_from(
+        [
+            ("--strict",),
+            ("--npu-stand-in",),
+            ("--steps=2",),
+            ("--json=sub",),
+            ("--st", "2"),
+            ("-x",),
+            ("--",),
+        ]
+    ),
+)
+MODULE = st.one_of(
+    st.sampled_from(["mod_here", "json.tool", "nosuch_module_here", "a b", "1x", "os..path", ""]),
+    NAME,
+)
+TARGET = st.one_of(
+    st.just(["train.py"]),
+    FILE.map(lambda name: [name]),
+    MODULE.map(lambda name: ["-m", name]),
+    st.just([]),
+)
 
 
 @st.composite
@@ -123,8 +149,7 @@ def command_lines(draw) -> List[str]:
     """preflight's options, a script or -m MODULE, the script's own arguments; or any
     tokens at all."""
     if draw(st.integers(0, 3)) == 0:
-        return draw(st.lists(st.one_of(FILE, OPTION.map(lambda option: option[0])),
-                             max_size=6))
+        return draw(st.lists(st.one_of(FILE, OPTION.map(lambda option: option[0])), max_size=6))
     options = [token for option in draw(st.lists(OPTION, max_size=3)) for token in option]
     return options + draw(TARGET) + draw(st.lists(NAME, max_size=2))
 
@@ -171,18 +196,36 @@ def test_any_command_line_is_read_or_refused_in_one_line(argv):
 
 # -- the --ops file ------------------------------------------------------------------
 
-ENTRY = st.one_of(st.text(max_size=20), st.integers(), st.none(),
-                  st.dictionaries(st.sampled_from(["func", "name", "op"]),
-                                  st.one_of(st.text(max_size=20), st.integers()), max_size=2))
+ENTRY = st.one_of(
+    st.text(max_size=20),
+    st.integers(),
+    st.none(),
+    st.dictionaries(
+        st.sampled_from(["func", "name", "op"]),
+        st.one_of(st.text(max_size=20), st.integers()),
+        max_size=2,
+    ),
+)
 DOCUMENT = st.one_of(
-    st.dictionaries(st.sampled_from(list(npu_ops.SECTIONS) + ["other"]),
-                    st.one_of(st.lists(ENTRY, max_size=5), ENTRY), max_size=6),
-    st.recursive(st.one_of(st.text(max_size=10), st.integers(), st.none()),
-                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                     st.text(max_size=5), inner, max_size=3), max_leaves=10))
-YAML_TEXT = st.one_of(DOCUMENT.map(lambda doc: yaml.safe_dump(doc, allow_unicode=True).encode()),
-                      st.text().map(lambda text: text.encode("utf-8", "surrogatepass")),
-                      st.binary(), st.just(OPS))
+    st.dictionaries(
+        st.sampled_from(list(npu_ops.SECTIONS) + ["other"]),
+        st.one_of(st.lists(ENTRY, max_size=5), ENTRY),
+        max_size=6,
+    ),
+    st.recursive(
+        st.one_of(st.text(max_size=10), st.integers(), st.none()),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        ),
+        max_leaves=10,
+    ),
+)
+YAML_TEXT = st.one_of(
+    DOCUMENT.map(lambda doc: yaml.safe_dump(doc, allow_unicode=True).encode()),
+    st.text().map(lambda text: text.encode("utf-8", "surrogatepass")),
+    st.binary(),
+    st.just(OPS),
+)
 
 
 @st.composite
@@ -196,8 +239,7 @@ def ops_files(draw):
         name = draw(st.sampled_from([npu_ops.YAML_IN_WHEEL, "torch_npu/other.yaml"]))
         archive.writestr(name, content)
     data = buffer.getvalue()
-    return "torch_npu.whl", data[:draw(st.integers(0, len(data)))] if draw(
-        st.booleans()) else data
+    return "torch_npu.whl", data[: draw(st.integers(0, len(data)))] if draw(st.booleans()) else data
 
 
 @given(ops_files())
@@ -222,6 +264,7 @@ def test_any_ops_file_is_read_or_refused_in_one_line(named):
 
 # -- the cuda-only check: the user's files, ported after the run --------------------------
 
+
 @GENERATED
 @given(st.one_of(ANY_BYTES, scripts()))
 @example(b"import torch\nx = torch.ones(2).cuda()\n\x00\n")
@@ -240,10 +283,16 @@ def test_the_cuda_only_check_reads_any_file(data):
 
 # -- the command, as a user runs it ----------------------------------------------------
 
+
 def preflight_command(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
-                          cwd=cwd, env=clean_environ(OMP_NUM_THREADS=1), capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
+        cwd=cwd,
+        env=clean_environ(OMP_NUM_THREADS=1),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def test_a_script_that_does_not_compile_is_refused_before_it_runs(tmp_path):
@@ -251,20 +300,31 @@ def test_a_script_that_does_not_compile_is_refused_before_it_runs(tmp_path):
     before = os.listdir(tmp_path)
     result = preflight_command("--json", "report.json", "train.py", cwd=tmp_path)
     line = assert_command_refused(result.returncode, result.stderr, ["'train.py'"])
-    assert line == ("error: script 'train.py' does not parse: it contains a NUL byte (line 3): "
-                    "it is not a Python source file, or it was saved as UTF-16: save it as "
-                    "UTF-8 text"), line
+    assert line == (
+        "error: script 'train.py' does not parse: it contains a NUL byte (line 3): "
+        "it is not a Python source file, or it was saved as UTF-16: save it as "
+        "UTF-8 text"
+    ), line
     assert result.stdout == ""
     no_files_left(str(tmp_path), before)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--ops", "bad.yaml", "train.py"], "error: --ops 'bad.yaml' is not a torch_npu wheel or "
-                                        "operator yaml (ScannerError: mapping values are not "
-                                        "allowed here (line 1)): pass the file"),
-    (["--steps", "x", "train.py"], "error: argument --steps: invalid int value: 'x' (see: "
-                                   "devicekit preflight --help)"),
-], ids=["yaml error", "steps not a number"])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["--ops", "bad.yaml", "train.py"],
+            "error: --ops 'bad.yaml' is not a torch_npu wheel or "
+            "operator yaml (ScannerError: mapping values are not "
+            "allowed here (line 1)): pass the file",
+        ),
+        (
+            ["--steps", "x", "train.py"],
+            "error: argument --steps: invalid int value: 'x' (see: devicekit preflight --help)",
+        ),
+    ],
+    ids=["yaml error", "steps not a number"],
+)
 def test_bad_flags_are_one_line_before_anything_runs(tmp_path, argv, says):
     (tmp_path / "train.py").write_text("print('ran')\n")
     (tmp_path / "bad.yaml").write_text("a: b: c\n")

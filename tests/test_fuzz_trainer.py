@@ -28,12 +28,22 @@ from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused, working_dir
 PARSER = options.build_parser()
 # Flags that do not take part: help prints and exits 0; the rest name files and folders,
 # fuzzed below with paths that exist or not (random text as a path would be made).
-LEFT_OUT = {"help", "output_dir", "tensorboard", "config", "data_dir", "data", "resume",
-            "pretrained"}
-FLAG_ACTIONS = [action for action in PARSER._actions
-                if action.option_strings and action.dest not in LEFT_OUT]
-FLOATS = st.one_of(st.floats().map(repr), st.sampled_from(["nan", "inf", "-inf", "1e400"]),
-                   NUMBER_LIKE)
+LEFT_OUT = {
+    "help",
+    "output_dir",
+    "tensorboard",
+    "config",
+    "data_dir",
+    "data",
+    "resume",
+    "pretrained",
+}
+FLAG_ACTIONS = [
+    action for action in PARSER._actions if action.option_strings and action.dest not in LEFT_OUT
+]
+FLOATS = st.one_of(
+    st.floats().map(repr), st.sampled_from(["nan", "inf", "-inf", "1e400"]), NUMBER_LIKE
+)
 
 
 def values_of(action):
@@ -65,8 +75,25 @@ def command_lines(draw):
     return argv
 
 
-TINY = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "8",
-        "--epochs", "1", "--steps-per-epoch", "2", "--val-steps", "1", "-j", "0"]
+TINY = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "8",
+    "--epochs",
+    "1",
+    "--steps-per-epoch",
+    "2",
+    "--val-steps",
+    "1",
+    "-j",
+    "0",
+]
 
 
 def run_main_until_launch(argv, folder):
@@ -128,12 +155,24 @@ def test_any_command_line_starts_or_is_refused_in_one_line(folder, argv):
     assert_starts_or_is_refused(TINY + ["--output-dir", "out"] + argv, folder)
 
 
-PATH_FLAGS = ["--output-dir", "--tensorboard", "--config", "--data", "--resume",
-              "--pretrained"]
+PATH_FLAGS = ["--output-dir", "--tensorboard", "--config", "--data", "--resume", "--pretrained"]
 PATHS = st.one_of(
-    st.sampled_from(["", ".", "/", "/proc", "/dev/null", "a_file", "missing/deeper",
-                     "a_file/below", "x" * 300, "out"]),
-    st.text(alphabet=string.ascii_letters + string.digits + "._-/", max_size=30))
+    st.sampled_from(
+        [
+            "",
+            ".",
+            "/",
+            "/proc",
+            "/dev/null",
+            "a_file",
+            "missing/deeper",
+            "a_file/below",
+            "x" * 300,
+            "out",
+        ]
+    ),
+    st.text(alphabet=string.ascii_letters + string.digits + "._-/", max_size=30),
+)
 
 
 @given(flag=st.sampled_from(PATH_FLAGS), path=PATHS, data_dir=st.booleans())
@@ -145,21 +184,34 @@ def test_a_path_flag_starts_or_is_refused_in_one_line(folder, flag, path, data_d
         argv.remove("--dummy")
     args = assert_starts_or_is_refused(argv, folder)
     if args is not None and flag in ("--output-dir", "--tensorboard"):
-        assert not os.path.exists(os.path.join(folder, path)) or path in (".", "/", "") \
+        assert (
+            not os.path.exists(os.path.join(folder, path))
+            or path in (".", "/", "")
             or os.path.isdir(os.path.join(folder, path))
+        )
 
 
 # -- the YAML configuration ----------------------------------------------------------------
 
 KNOWN = sorted({action.dest for action in PARSER._actions} - {"help", "config"})
 YAML_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 300) | st.integers() | st.floats()
-    | st.text(max_size=12) | st.sampled_from(["tinynet", "cosine", "O1", "dynamic", "cpu"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=2),
-    max_leaves=6)
-KEYS = st.one_of(st.sampled_from(KNOWN), st.sampled_from(KNOWN).map(
-    lambda key: key.replace("_", "-")), st.text(max_size=10))
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 300)
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=12)
+    | st.sampled_from(["tinynet", "cosine", "O1", "dynamic", "cpu"]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+KEYS = st.one_of(
+    st.sampled_from(KNOWN),
+    st.sampled_from(KNOWN).map(lambda key: key.replace("_", "-")),
+    st.text(max_size=10),
+)
 HOSTILE_YAML = [
     "arch: !!python/object/apply:os.system ['touch ran']\n",
     "lr: !!python/name:os.system\n",
@@ -176,12 +228,16 @@ HOSTILE_YAML = [
 ]
 
 
-@given(config=st.one_of(
-    st.dictionaries(KEYS, YAML_VALUES, max_size=4).map(
-        lambda mapping: yaml.safe_dump(mapping, allow_unicode=True)),
-    st.sampled_from(HOSTILE_YAML),
-    st.text(max_size=60)),
-    encoding=st.sampled_from(["utf-8", "utf-16", "latin-1"]))
+@given(
+    config=st.one_of(
+        st.dictionaries(KEYS, YAML_VALUES, max_size=4).map(
+            lambda mapping: yaml.safe_dump(mapping, allow_unicode=True)
+        ),
+        st.sampled_from(HOSTILE_YAML),
+        st.text(max_size=60),
+    ),
+    encoding=st.sampled_from(["utf-8", "utf-16", "latin-1"]),
+)
 @example(config="steps-per-epoch: .nan\n", encoding="utf-8")
 @example(config="resume: {}\n", encoding="utf-8")  # was --resume '{}' does not exist
 def test_any_config_file_starts_or_is_refused_in_one_line(folder, config, encoding):
@@ -193,6 +249,7 @@ def test_any_config_file_starts_or_is_refused_in_one_line(folder, config, encodi
     with open(path, "wb") as handle:
         handle.write(data)
     # A value that passes its flag's type is then checked as the flag: the flag is named.
-    assert_starts_or_is_refused(TINY + ["--output-dir", "out", "--config", path], folder,
-                                ALL_FLAGS | {"--config"})
+    assert_starts_or_is_refused(
+        TINY + ["--output-dir", "out", "--config", path], folder, ALL_FLAGS | {"--config"}
+    )
     assert not os.path.exists(os.path.join(folder, "ran")), "the config's code ran"

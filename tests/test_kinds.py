@@ -22,8 +22,9 @@ from processes import Processes
 def fake_cuda(monkeypatch):
     """Pretend torch was built with CUDA and two GPUs are visible; record device calls."""
     calls = []
-    monkeypatch.setattr(torch.accelerator, "current_accelerator",
-                        lambda check_available=False: torch.device("cuda"))
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda")
+    )
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append(("synchronize",)))
@@ -34,14 +35,21 @@ def test_registry_names_and_aliases():
     assert kinds.names() == ["npu", "cuda", "xpu", "cpu"]
     assert kinds.get("gpu") is kinds.get("cuda")
     assert kinds.get("CPU").name == "cpu"
-    with pytest.raises(UsageError, match="unknown device 'tpu': choose one of auto, npu, cuda, "
-                                         "xpu, cpu, gpu"):
+    with pytest.raises(
+        UsageError, match="unknown device 'tpu': choose one of auto, npu, cuda, xpu, cpu, gpu"
+    ):
         kinds.get("tpu")
 
 
-@pytest.mark.parametrize("name,backend,visible", [
-    ("cpu", "gloo", None), ("cuda", "nccl", "CUDA_VISIBLE_DEVICES"),
-    ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES"), ("xpu", "xccl", "ZE_AFFINITY_MASK")])
+@pytest.mark.parametrize(
+    "name,backend,visible",
+    [
+        ("cpu", "gloo", None),
+        ("cuda", "nccl", "CUDA_VISIBLE_DEVICES"),
+        ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES"),
+        ("xpu", "xccl", "ZE_AFFINITY_MASK"),
+    ],
+)
 def test_backend_and_visible_variable(name, backend, visible):
     kind = kinds.get(name)
     assert kind.backend == backend
@@ -63,12 +71,15 @@ def test_cpu_kind_decisions():
     assert cpu.device() == torch.device("cpu")
 
 
-@pytest.mark.parametrize("cores,ranks,environ,expected", [
-    (16, 2, {}, 8),  # the node's cores split over its ranks
-    (16, 3, {}, 5),
-    (2, 8, {}, 1),  # never fewer than one
-    (16, 2, {"OMP_NUM_THREADS": "3"}, 3),  # the user's (or the launcher's) choice stands
-])
+@pytest.mark.parametrize(
+    "cores,ranks,environ,expected",
+    [
+        (16, 2, {}, 8),  # the node's cores split over its ranks
+        (16, 3, {}, 5),
+        (2, 8, {}, 1),  # never fewer than one
+        (16, 2, {"OMP_NUM_THREADS": "3"}, 3),  # the user's (or the launcher's) choice stands
+    ],
+)
 def test_cpu_threads_per_rank(monkeypatch, cores, ranks, environ, expected):
     chosen = []
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
@@ -130,7 +141,9 @@ def test_visible_device_parsers():
     var = "ASCEND_RT_VISIBLE_DEVICES"
     assert parse_ascend(var, "0,1,4") == [0, 1, 4]
     assert parse_ascend(var, "") == []
-    with pytest.raises(UsageError, match="not in ascending order.*write ASCEND_RT_VISIBLE_DEVICES=0,1"):
+    with pytest.raises(
+        UsageError, match="not in ascending order.*write ASCEND_RT_VISIBLE_DEVICES=0,1"
+    ):
         parse_ascend(var, "1,0")
     with pytest.raises(UsageError, match="lists device 2 twice"):
         parse_ascend(var, "2,2")
@@ -144,12 +157,22 @@ def test_visible_device_parsers():
         parse_cuda("CUDA_VISIBLE_DEVICES", "0,gpu1")
 
 
-@pytest.mark.parametrize("requested,kind,expected,warns", [
-    (None, "cpu", "gloo", False), ("gloo", "cpu", "gloo", False),
-    ("nccl", "cpu", "gloo", True), ("hccl", "cpu", "gloo", True),
-    ("nccl", "npu", "hccl", True), ("gloo", "npu", "hccl", True),
-    ("gloo", "cuda", "gloo", False), ("hccl", "cuda", "nccl", True),
-    ("xccl", "cpu", "gloo", True), ("nccl", "xpu", "xccl", True), ("gloo", "xpu", "gloo", False)])
+@pytest.mark.parametrize(
+    "requested,kind,expected,warns",
+    [
+        (None, "cpu", "gloo", False),
+        ("gloo", "cpu", "gloo", False),
+        ("nccl", "cpu", "gloo", True),
+        ("hccl", "cpu", "gloo", True),
+        ("nccl", "npu", "hccl", True),
+        ("gloo", "npu", "hccl", True),
+        ("gloo", "cuda", "gloo", False),
+        ("hccl", "cuda", "nccl", True),
+        ("xccl", "cpu", "gloo", True),
+        ("nccl", "xpu", "xccl", True),
+        ("gloo", "xpu", "gloo", False),
+    ],
+)
 def test_backend_that_contradicts_the_device_is_mapped(requested, kind, expected, warns, capsys):
     assert resolve_backend(kinds.get(kind), requested) == expected
     err = capsys.readouterr().err
@@ -190,18 +213,33 @@ def test_seeding_is_per_rank_and_repeatable():
 
 
 def test_import_devicekit_leaves_torch_npu_alone_and_switches_autoload_off():
-    code = ("import os, sys, devicekit; assert 'torch_npu' not in sys.modules; "
-            "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])")
-    out = subprocess.run([sys.executable, "-c", code], env=clean_environ(), timeout=120,
-                         capture_output=True, text=True, check=True).stdout
+    code = (
+        "import os, sys, devicekit; assert 'torch_npu' not in sys.modules; "
+        "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_environ(),
+        timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "0"
     env = clean_environ(TORCH_DEVICE_BACKEND_AUTOLOAD="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "1"  # the user's choice stands
 
 
 # -- Intel XPU: a CUDA-like kind in one module, against a simulated torch.xpu -------------------
+
 
 @pytest.fixture
 def fake_xpu(monkeypatch):
@@ -212,12 +250,19 @@ def fake_xpu(monkeypatch):
         def call(*args):
             calls.append((name, *args))
             return result
+
         return call
 
-    monkeypatch.setattr(torch.accelerator, "current_accelerator",
-                        lambda check_available=False: torch.device("xpu"))
-    for name, result in (("device_count", 2), ("set_device", None), ("synchronize", None),
-                         ("current_device", 1), ("memory_allocated", 512)):
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("xpu")
+    )
+    for name, result in (
+        ("device_count", 2),
+        ("set_device", None),
+        ("synchronize", None),
+        ("current_device", 1),
+        ("memory_allocated", 512),
+    ):
         monkeypatch.setattr(torch.xpu, name, recorded(name, result))
     return calls
 
@@ -225,7 +270,10 @@ def fake_xpu(monkeypatch):
 def test_xpu_kind_decisions(fake_xpu):
     xpu = kinds.get("xpu")
     assert (xpu.backend, xpu.visible_devices_env, xpu.start_method) == (
-        "xccl", "ZE_AFFINITY_MASK", "spawn")
+        "xccl",
+        "ZE_AFFINITY_MASK",
+        "spawn",
+    )
     assert xpu.is_available() and xpu.device_count() == 2
     assert xpu.ddp_device_ids(1) == [1] and xpu.pin_memory
     assert xpu.amp_dtype() == torch.float16 and xpu.needs_grad_scaler(torch.float16)
@@ -233,8 +281,12 @@ def test_xpu_kind_decisions(fake_xpu):
     xpu.set_device(1)
     xpu.synchronize()
     assert (xpu.current_device(), xpu.memory("memory_allocated")) == (1, 512)
-    assert fake_xpu[-4:] == [("set_device", 1), ("synchronize",), ("current_device",),
-                             ("memory_allocated",)]
+    assert fake_xpu[-4:] == [
+        ("set_device", 1),
+        ("synchronize",),
+        ("current_device",),
+        ("memory_allocated",),
+    ]
 
 
 def test_auto_detection_finds_the_xpu(fake_xpu):
@@ -249,31 +301,42 @@ def test_xpu_amp_uses_the_xpu_device_type(fake_xpu):
     assert scaler.is_enabled() and scaler._device == "xpu"
 
 
-@pytest.mark.parametrize("mask, parsed", [("0,1", [0, 1]), ("0.0,0.1", ["0.0", "0.1"]),
-                                          ("1", [1]), ("", [])])
+@pytest.mark.parametrize(
+    "mask, parsed", [("0,1", [0, 1]), ("0.0,0.1", ["0.0", "0.1"]), ("1", [1]), ("", [])]
+)
 def test_ze_affinity_mask_devices_and_tiles(mask, parsed, monkeypatch):
     assert kinds.get("xpu").visible_devices({"ZE_AFFINITY_MASK": mask}) == parsed
 
 
-@pytest.mark.parametrize("mask, says", [
-    ("0,a", "'a' is not a device (N) or a tile of one (N.M)"), ("0,0", "lists device 0 twice"),
-    ("0,,1", "has an empty entry")])
+@pytest.mark.parametrize(
+    "mask, says",
+    [
+        ("0,a", "'a' is not a device (N) or a tile of one (N.M)"),
+        ("0,0", "lists device 0 twice"),
+        ("0,,1", "has an empty entry"),
+    ],
+)
 def test_bad_ze_affinity_mask_fails_before_any_xpu_call(fake_xpu, monkeypatch, mask, says):
     monkeypatch.setenv("ZE_AFFINITY_MASK", mask)
-    with pytest.raises(UsageError, match=re.escape(f"ZE_AFFINITY_MASK={mask!r}") + ".*"
-                       + re.escape(says)):
+    with pytest.raises(
+        UsageError, match=re.escape(f"ZE_AFFINITY_MASK={mask!r}") + ".*" + re.escape(says)
+    ):
         resolve_kind("xpu")
     assert fake_xpu == []
 
 
 def test_xpu_on_a_build_without_it_explains_itself():
-    with pytest.raises(UsageError, match=r"^--device xpu: this torch has no XPU support "
-                                         r"\(torch.accelerator reports None\); install torch's "
-                                         r"XPU build"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--device xpu: this torch has no XPU support "
+        r"\(torch.accelerator reports None\); install torch's "
+        r"XPU build",
+    ):
         resolve_kind("xpu", source="--device")
 
 
 # -- DeviceKind is an abstract base; register_kind() adds a kind from the user's code ------------
+
 
 class TwinCpu(kinds.cpu.CpuKind):
     """A user's own kind: the CPU under another name."""
@@ -317,22 +380,34 @@ def test_register_kind_at_a_chosen_place(registry):
     assert kinds.names()[0] == "twincpu"
 
 
-@pytest.mark.parametrize("make, error, says", [
-    (lambda: object(), TypeError, "takes a devicekit DeviceKind"),
-    (lambda: type("Cuda2", (TwinCpu,), {"name": "cuda"})(), UsageError,
-     "a device kind named 'cuda' is registered already (CudaKind)"),
-    (lambda: type("Gpu", (TwinCpu,), {"name": "gpu"})(), UsageError,
-     "Gpu.name='gpu' must be a lower-case device type other than auto and gpu"),
-    (lambda: type("Loud", (TwinCpu,), {"name": "Loud"})(), UsageError, "must be a lower-case"),
-])
+@pytest.mark.parametrize(
+    "make, error, says",
+    [
+        (lambda: object(), TypeError, "takes a devicekit DeviceKind"),
+        (
+            lambda: type("Cuda2", (TwinCpu,), {"name": "cuda"})(),
+            UsageError,
+            "a device kind named 'cuda' is registered already (CudaKind)",
+        ),
+        (
+            lambda: type("Gpu", (TwinCpu,), {"name": "gpu"})(),
+            UsageError,
+            "Gpu.name='gpu' must be a lower-case device type other than auto and gpu",
+        ),
+        (lambda: type("Loud", (TwinCpu,), {"name": "Loud"})(), UsageError, "must be a lower-case"),
+    ],
+)
 def test_register_kind_refuses(registry, make, error, says):
     with pytest.raises(error, match=re.escape(says)):
         devicekit.register_kind(make())
 
 
 def test_register_kind_before_an_unknown_kind(registry):
-    with pytest.raises(UsageError, match=r"register_kind\(before='tpu'\): no such kind; "
-                                         r"choose one of npu, cuda, xpu, cpu"):
+    with pytest.raises(
+        UsageError,
+        match=r"register_kind\(before='tpu'\): no such kind; "
+        r"choose one of npu, cuda, xpu, cpu",
+    ):
         devicekit.register_kind(TwinCpu(), before="tpu")
 
 
@@ -366,9 +441,14 @@ def test_a_kind_registered_at_import_time_reaches_spawned_ranks(tmp_path):
     script = tmp_path / "own_kind.py"
     script.write_text(_SCRIPT)
     with Processes(tmp_path / "procs") as procs:
-        proc = procs.start("run", [sys.executable, str(script)],
-                           clean_environ(OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1))
+        proc = procs.start(
+            "run",
+            [sys.executable, str(script)],
+            clean_environ(OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1),
+        )
         result = procs.finish(proc, 180)
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.splitlines()) == ["rank 0 of 2 on twincpu",
-                                                  "rank 1 of 2 on twincpu"], result.stdout
+    assert sorted(result.stdout.splitlines()) == [
+        "rank 0 of 2 on twincpu",
+        "rank 1 of 2 on twincpu",
+    ], result.stdout

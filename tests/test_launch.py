@@ -7,13 +7,25 @@ import pytest
 
 from devicekit import kinds
 from devicekit.errors import UsageError
-from devicekit.environments import (LaunchOptions, REFERENCE_DIST_URL, launcher_of, pop_local_rank,
-                              resolve_launch)
+from devicekit.environments import (
+    LaunchOptions,
+    REFERENCE_DIST_URL,
+    launcher_of,
+    pop_local_rank,
+    resolve_launch,
+)
 
 CPU = kinds.get("cpu")
-TORCHRUN = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
-            "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400",
-            "TORCHELASTIC_RUN_ID": "none"}
+TORCHRUN = {
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29400",
+    "TORCHELASTIC_RUN_ID": "none",
+}
 
 
 class FakeAccelerator:
@@ -40,8 +52,15 @@ def resolve(environ=None, kind=CPU, **options):
 
 def test_torchrun_environment():
     ctx = resolve(TORCHRUN)
-    assert (ctx.mode, ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size,
-            ctx.node_rank, ctx.nnodes) == ("torchrun", 3, 1, 4, 2, 1, 2)
+    assert (
+        ctx.mode,
+        ctx.rank,
+        ctx.local_rank,
+        ctx.world_size,
+        ctx.local_world_size,
+        ctx.node_rank,
+        ctx.nnodes,
+    ) == ("torchrun", 3, 1, 4, 2, 1, 2)
     assert ctx.device_index == 1
     assert ctx.init_method == "env://"
     assert ctx.distributed and not ctx.is_main
@@ -73,8 +92,14 @@ def test_local_rank_flag_contradicting_environment():
 
 
 def test_shell_loop_environment_is_env_mode():
-    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    env = {
+        "RANK": "1",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
     ctx = resolve(env)
     assert (ctx.mode, ctx.rank, ctx.node_rank, ctx.nnodes) == ("env", 1, 0, 1)
 
@@ -129,16 +154,32 @@ def test_spawn_single_node_defaults_to_loopback_and_a_free_port():
 
 
 def test_spawn_ignores_the_reference_multicast_default():
-    ctx = resolve({}, multiprocessing_distributed=True, nproc_per_node=2,
-                  dist_url=REFERENCE_DIST_URL, world_size=-1, rank=-1)
+    ctx = resolve(
+        {},
+        multiprocessing_distributed=True,
+        nproc_per_node=2,
+        dist_url=REFERENCE_DIST_URL,
+        world_size=-1,
+        rank=-1,
+    )
     assert ctx.master_addr == "127.0.0.1" and ctx.world_size == 2
 
 
 def test_spawn_multi_node_counts_nodes():
-    ctx = resolve({}, kind=FakeAccelerator(8), multiprocessing_distributed=True, world_size=2,
-                  rank=1, dist_url="tcp://10.1.1.1:23456")
+    ctx = resolve(
+        {},
+        kind=FakeAccelerator(8),
+        multiprocessing_distributed=True,
+        world_size=2,
+        rank=1,
+        dist_url="tcp://10.1.1.1:23456",
+    )
     assert (ctx.world_size, ctx.node_rank, ctx.master_addr, ctx.master_port) == (
-        16, 1, "10.1.1.1", 23456)
+        16,
+        1,
+        "10.1.1.1",
+        23456,
+    )
     assert ctx.for_spawned_rank(2).rank == 10
 
 
@@ -164,10 +205,23 @@ def test_spawn_node_rank_not_below_node_count():
 
 def test_ascend_idiom_rank_id_and_gpu():
     env = {"RANK_ID": "5", "RANK_SIZE": "8"}
-    ctx = resolve(env, kind=FakeAccelerator(8), gpu=5, rank=0, world_size=1,
-                  multiprocessing_distributed=True, addr="127.0.0.1", port=29688)
+    ctx = resolve(
+        env,
+        kind=FakeAccelerator(8),
+        gpu=5,
+        rank=0,
+        world_size=1,
+        multiprocessing_distributed=True,
+        addr="127.0.0.1",
+        port=29688,
+    )
     assert (ctx.mode, ctx.rank, ctx.local_rank, ctx.world_size, ctx.device_index) == (
-        "ascend", 5, 5, 8, 5)
+        "ascend",
+        5,
+        5,
+        8,
+        5,
+    )
     assert ctx.init_method == "tcp://127.0.0.1:29688"
 
 
@@ -179,30 +233,54 @@ def test_ascend_idiom_errors():
 
 
 def test_ascend_idiom_two_nodes():
-    ctx = resolve({"RANK_ID": "1", "RANK_SIZE": "8", "MASTER_ADDR": "10.0.0.1"},
-                  world_size=2, rank=1)
+    ctx = resolve(
+        {"RANK_ID": "1", "RANK_SIZE": "8", "MASTER_ADDR": "10.0.0.1"}, world_size=2, rank=1
+    )
     assert (ctx.rank, ctx.world_size, ctx.nnodes, ctx.master_addr) == (9, 16, 2, "10.0.0.1")
 
 
 def test_slurm():
-    env = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8",
-           "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "1", "MASTER_ADDR": "node01"}
+    env = {
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "8",
+        "SLURM_NTASKS_PER_NODE": "4(x2)",
+        "SLURM_NODEID": "1",
+        "MASTER_ADDR": "node01",
+    }
     ctx = resolve(env)
-    assert (ctx.mode, ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size,
-            ctx.node_rank, ctx.nnodes, ctx.master_addr, ctx.master_port) == (
-        "slurm", 5, 1, 8, 4, 1, 2, "node01", 29500)
+    assert (
+        ctx.mode,
+        ctx.rank,
+        ctx.local_rank,
+        ctx.world_size,
+        ctx.local_world_size,
+        ctx.node_rank,
+        ctx.nnodes,
+        ctx.master_addr,
+        ctx.master_port,
+    ) == ("slurm", 5, 1, 8, 4, 1, 2, "node01", 29500)
 
 
 def test_slurm_multi_node_needs_master_addr():
-    env = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "8",
-           "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "0"}
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "8",
+        "SLURM_NTASKS_PER_NODE": "4(x2)",
+        "SLURM_NODEID": "0",
+    }
     with pytest.raises(UsageError, match="set MASTER_ADDR"):
         resolve(env)
 
 
 def test_open_mpi_single_node_uses_loopback():
-    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-           "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    }
     ctx = resolve(env)
     assert (ctx.mode, ctx.rank, ctx.world_size, ctx.master_addr) == ("mpi", 1, 2, "127.0.0.1")
 
@@ -245,10 +323,10 @@ def test_describe_mentions_the_rank():
     assert "rank 3/4" in resolve(TORCHRUN).describe()
 
 
-
 def test_device_list_maps_local_ranks_to_devices():
-    ctx = resolve({}, kind=FakeAccelerator(8), multiprocessing_distributed=True,
-                  device_list=(4, 5, 6, 7))
+    ctx = resolve(
+        {}, kind=FakeAccelerator(8), multiprocessing_distributed=True, device_list=(4, 5, 6, 7)
+    )
     assert ctx.world_size == 4
     assert [ctx.for_spawned_rank(i).device_index for i in range(4)] == [4, 5, 6, 7]
     assert resolve(TORCHRUN, kind=FakeAccelerator(8), device_list=(2, 3)).device_index == 3
@@ -258,19 +336,27 @@ def test_device_list_maps_local_ranks_to_devices():
         resolve({}, kind=FakeAccelerator(4), multiprocessing_distributed=True, device_list=(3, 4))
 
 
-@pytest.mark.parametrize("options, says", [
-    ({"rank": 2, "world_size": 2}, "rank=2 is not below world_size=2"),
-    ({"rank": 1}, "rank=1 needs world_size (the number of processes) too"),
-    ({"world_size": 2}, "world_size=2 needs rank for this process too"),
-    ({"dist_url": "nccl://x", "rank": 0, "world_size": 2},
-     "init_method 'nccl://x' is not understood"),
-    ({"gpu": 0, "local_rank": 1}, None),
-])
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"rank": 2, "world_size": 2}, "rank=2 is not below world_size=2"),
+        ({"rank": 1}, "rank=1 needs world_size (the number of processes) too"),
+        ({"world_size": 2}, "world_size=2 needs rank for this process too"),
+        (
+            {"dist_url": "nccl://x", "rank": 0, "world_size": 2},
+            "init_method 'nccl://x' is not understood",
+        ),
+        ({"gpu": 0, "local_rank": 1}, None),
+    ],
+)
 def test_python_callers_read_their_own_argument_names(options, says):
     """Errors from the Python API name Python arguments, never command-line flags."""
     if says is None:  # a launcher's environment with a contradicting gpu=
-        with pytest.raises(UsageError, match=r"^gpu=0 contradicts LOCAL_RANK=1: under a "
-                                             r"launcher leave out gpu,"):
+        with pytest.raises(
+            UsageError,
+            match=r"^gpu=0 contradicts LOCAL_RANK=1: under a "
+            r"launcher leave out gpu,",
+        ):
             resolve_launch(LaunchOptions(**options), environ=TORCHRUN, kind=CPU)
         return
     with pytest.raises(UsageError, match="^" + re.escape(says)) as raised:

@@ -80,10 +80,19 @@ def expected_resnet_keys(name):
 
 # --- registry ------------------------------------------------------------------------
 
+
 def test_names_are_sorted_and_complete():
     names = models.names()
-    assert names == ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
-                     "tinymlp", "tinynet", "tinynet_nobn"]
+    assert names == [
+        "resnet18",
+        "resnet34",
+        "resnet50",
+        "resnet101",
+        "resnet152",
+        "tinymlp",
+        "tinynet",
+        "tinynet_nobn",
+    ]
     assert set(RESNETS + SMALL) <= set(names)
 
 
@@ -102,8 +111,7 @@ def test_unknown_name_without_close_match_lists_choices_only():
     with pytest.raises(UsageError) as caught:
         models.create("vgg")
     message = str(caught.value)
-    assert message == ("unknown architecture 'vgg': choose one of "
-                       + ", ".join(models.names()))
+    assert message == ("unknown architecture 'vgg': choose one of " + ", ".join(models.names()))
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
@@ -139,6 +147,7 @@ def test_model_sources_name_no_device():
 
 # --- ResNet --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", RESNETS)
 def test_resnet_parameter_count_is_published_figure(name):
     count = sum(p.numel() for p in built(name).parameters())
@@ -154,12 +163,25 @@ def test_resnet_state_dict_keys_follow_reference_naming(name):
 
 def test_resnet18_representative_keys():
     keys = set(built("resnet18").state_dict())
-    for key in ["conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean",
-                "bn1.running_var", "bn1.num_batches_tracked",
-                "layer1.0.conv1.weight", "layer1.0.bn1.weight", "layer1.0.conv2.weight",
-                "layer1.1.bn2.running_var", "layer2.0.downsample.0.weight",
-                "layer2.0.downsample.1.weight", "layer2.0.downsample.1.num_batches_tracked",
-                "layer4.1.conv2.weight", "layer4.1.bn2.bias", "fc.weight", "fc.bias"]:
+    for key in [
+        "conv1.weight",
+        "bn1.weight",
+        "bn1.bias",
+        "bn1.running_mean",
+        "bn1.running_var",
+        "bn1.num_batches_tracked",
+        "layer1.0.conv1.weight",
+        "layer1.0.bn1.weight",
+        "layer1.0.conv2.weight",
+        "layer1.1.bn2.running_var",
+        "layer2.0.downsample.0.weight",
+        "layer2.0.downsample.1.weight",
+        "layer2.0.downsample.1.num_batches_tracked",
+        "layer4.1.conv2.weight",
+        "layer4.1.bn2.bias",
+        "fc.weight",
+        "fc.bias",
+    ]:
         assert key in keys, key
     assert not any(k.startswith("layer1.0.downsample") for k in keys)
     assert not any(".conv3." in k or ".bn3." in k for k in keys)
@@ -168,11 +190,21 @@ def test_resnet18_representative_keys():
 
 def test_resnet50_representative_keys():
     keys = set(built("resnet50").state_dict())
-    for key in ["conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight",
-                "layer1.0.conv3.weight", "layer1.0.bn3.running_var",
-                "layer1.0.downsample.0.weight", "layer1.0.downsample.1.weight",
-                "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked",
-                "layer3.5.conv2.weight", "layer4.2.bn3.weight", "fc.weight", "fc.bias"]:
+    for key in [
+        "conv1.weight",
+        "bn1.running_mean",
+        "layer1.0.conv1.weight",
+        "layer1.0.conv3.weight",
+        "layer1.0.bn3.running_var",
+        "layer1.0.downsample.0.weight",
+        "layer1.0.downsample.1.weight",
+        "layer2.0.downsample.0.weight",
+        "layer2.0.downsample.1.num_batches_tracked",
+        "layer3.5.conv2.weight",
+        "layer4.2.bn3.weight",
+        "fc.weight",
+        "fc.bias",
+    ]:
         assert key in keys, key
     assert "layer1.1.downsample.0.weight" not in keys
     assert "layer3.6.conv1.weight" not in keys
@@ -254,6 +286,7 @@ def test_resnet_num_classes_and_small_inputs(name):
 
 
 # --- small models ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", SMALL)
 def test_small_model_trains_one_step(name):

@@ -45,26 +45,16 @@ TIMEOUT_S = 120
 # downloaded copies.
 # The key is the wheel's tag: torch_npu-2.13.0-<key>.whl. There is no sdist and no cp39 wheel.
 WHEEL_SHA256 = {
-    "cp310-cp310-manylinux_2_28_aarch64":
-        "da6b7785ce005a5459308ad7c88104a5739865d6f23d453dd53ff967c7e17200",
-    "cp310-cp310-manylinux_2_28_x86_64":
-        "3084a5ebdab53d45acbbf3154f7cb45d1e00c463b76f0b9b2149b96c1f12ba67",
-    "cp311-cp311-manylinux_2_28_aarch64":
-        "d0e64a90b3e640b0274511e47c65284d3a7dedae5f6ad2b95d91de12ff9a29ff",
-    "cp311-cp311-manylinux_2_28_x86_64":
-        "0deb809cf447d3fce636ccfdc9c9f874950f1fe76f18f4aaab31e2d345f7dac0",
-    "cp312-cp312-manylinux_2_28_aarch64":
-        "ebb895735bf3c347e8c971c3f9083bb5ec032a1b139876ce019f03ee408d81fa",
-    "cp312-cp312-manylinux_2_28_x86_64":
-        "f27cf44167b6e0a4b8cf82097c688d2bf532edf503d3e5d6a7ced80a7e759ea6",
-    "cp313-cp313-manylinux_2_28_aarch64":
-        "359a055deaf9b94de35ffadff2e68e9fb4a3b3576796ed3617e85d16a42df259",
-    "cp313-cp313-manylinux_2_28_x86_64":
-        "20441bfb56c4054a427560ff413fa033db921b993e06c3d67d0f7edc23d40513",
-    "cp314-cp314-manylinux_2_28_aarch64":
-        "26ce9c45eb340bb9eec7ca5e78102ac1759d63aa7d66adf7c0fcafdeb221c84e",
-    "cp314-cp314-manylinux_2_28_x86_64":
-        "60ea931e36e8f61ab350ef33c6114805068e7dd15b8a28f34f4704ac05089d58",
+    "cp310-cp310-manylinux_2_28_aarch64": "da6b7785ce005a5459308ad7c88104a5739865d6f23d453dd53ff967c7e17200",
+    "cp310-cp310-manylinux_2_28_x86_64": "3084a5ebdab53d45acbbf3154f7cb45d1e00c463b76f0b9b2149b96c1f12ba67",
+    "cp311-cp311-manylinux_2_28_aarch64": "d0e64a90b3e640b0274511e47c65284d3a7dedae5f6ad2b95d91de12ff9a29ff",
+    "cp311-cp311-manylinux_2_28_x86_64": "0deb809cf447d3fce636ccfdc9c9f874950f1fe76f18f4aaab31e2d345f7dac0",
+    "cp312-cp312-manylinux_2_28_aarch64": "ebb895735bf3c347e8c971c3f9083bb5ec032a1b139876ce019f03ee408d81fa",
+    "cp312-cp312-manylinux_2_28_x86_64": "f27cf44167b6e0a4b8cf82097c688d2bf532edf503d3e5d6a7ced80a7e759ea6",
+    "cp313-cp313-manylinux_2_28_aarch64": "359a055deaf9b94de35ffadff2e68e9fb4a3b3576796ed3617e85d16a42df259",
+    "cp313-cp313-manylinux_2_28_x86_64": "20441bfb56c4054a427560ff413fa033db921b993e06c3d67d0f7edc23d40513",
+    "cp314-cp314-manylinux_2_28_aarch64": "26ce9c45eb340bb9eec7ca5e78102ac1759d63aa7d66adf7c0fcafdeb221c84e",
+    "cp314-cp314-manylinux_2_28_x86_64": "60ea931e36e8f61ab350ef33c6114805068e7dd15b8a28f34f4704ac05089d58",
 }
 # The wheel whose sources the static tests read on a machine no pinned wheel fits (macOS,
 # Python 3.9, ...): the Python sources do not depend on the platform.
@@ -80,21 +70,31 @@ PYPI_INDEX = "https://pypi.org/simple"
 PIP_INSTALL_S = 300
 
 # Read at import: the suite's autouse fixture removes DEVICEKIT_* variables during tests.
-CACHE_DIR = (Path(os.environ["DEVICEKIT_TEST_CACHE"]) if os.environ.get("DEVICEKIT_TEST_CACHE")
-             else Path.home() / ".cache" / "devicekit-tests")
+CACHE_DIR = (
+    Path(os.environ["DEVICEKIT_TEST_CACHE"])
+    if os.environ.get("DEVICEKIT_TEST_CACHE")
+    else Path.home() / ".cache" / "devicekit-tests"
+)
 
 # Variables that would change what a devicekit subprocess sees (every launcher variable
 # devicekit reads, and more); the tests set their own.
-_SCRUBBED = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "CUDA_VISIBLE_DEVICES", "TORCH_TRANSFER_TO_NPU",
-             *ALL_VARIABLES}
+_SCRUBBED = {
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCH_TRANSFER_TO_NPU",
+    *ALL_VARIABLES,
+}
 _SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "DEVICEKIT_", "FAKE_NPU_")
 
 
 def subprocess_env(*paths, **overrides):
     """os.environ without launcher/device variables, with `paths` then the repo root
     prepended to PYTHONPATH, and `overrides` applied."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in _SCRUBBED and not name.startswith(_SCRUBBED_PREFIXES)}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in _SCRUBBED and not name.startswith(_SCRUBBED_PREFIXES)
+    }
     inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
     env["PYTHONPATH"] = os.pathsep.join([*map(str, paths), str(REPO), *inherited])
     env.update(overrides)
@@ -103,8 +103,14 @@ def subprocess_env(*paths, **overrides):
 
 def run_python(args, env):
     """Run `python ARGS` from the repo root with a timeout; return the CompletedProcess."""
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def in_ci():
@@ -115,8 +121,9 @@ def in_ci():
 def skip_or_fail(reason):
     """Skip with `reason`; in CI fail with it instead (these tests must run there)."""
     if in_ci():
-        pytest.fail(f"{reason} [CI={os.environ['CI']}: this would be a skip outside CI]",
-                    pytrace=False)
+        pytest.fail(
+            f"{reason} [CI={os.environ['CI']}: this would be a skip outside CI]", pytrace=False
+        )
     pytest.skip(reason)
 
 
@@ -142,8 +149,11 @@ def verify_sha256(path, expected):
     """Fail (always, CI or not) unless `path` has the sha256 `expected`."""
     actual = sha256_of(path)
     if actual != expected:
-        pytest.fail(f"{path.name}: sha256 mismatch: expected {expected} (pinned in "
-                    f"{Path(__file__).name}), actual {actual}; file: {path}", pytrace=False)
+        pytest.fail(
+            f"{path.name}: sha256 mismatch: expected {expected} (pinned in "
+            f"{Path(__file__).name}), actual {actual}; file: {path}",
+            pytrace=False,
+        )
 
 
 def _tail(text, lines=5):
@@ -156,22 +166,50 @@ def _pip_download(tag, dest, index_url=None):
     """One try of `pip download` for exactly the wheel `tag` into `dest`; '' on success,
     else what went wrong."""
     python_tag, abi, platform_tag = tag.split("-")
-    command = [sys.executable, "-m", "pip", "download", f"torch-npu=={NPU_VERSION}",
-               "--no-deps", "--only-binary=:all:", "--platform", platform_tag,
-               "--python-version", python_tag[2:], "--implementation", "cp", "--abi", abi,
-               "--dest", str(dest), "--timeout", str(PIP_SOCKET_TIMEOUT_S),
-               "--retries", str(PIP_RETRIES), "--progress-bar", "off", "--no-input",
-               "--disable-pip-version-check"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        f"torch-npu=={NPU_VERSION}",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform",
+        platform_tag,
+        "--python-version",
+        python_tag[2:],
+        "--implementation",
+        "cp",
+        "--abi",
+        abi,
+        "--dest",
+        str(dest),
+        "--timeout",
+        str(PIP_SOCKET_TIMEOUT_S),
+        "--retries",
+        str(PIP_RETRIES),
+        "--progress-bar",
+        "off",
+        "--no-input",
+        "--disable-pip-version-check",
+    ]
     if index_url:
         command += ["--index-url", index_url]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TRY_S,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=DOWNLOAD_TRY_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return f"`pip download` took over {DOWNLOAD_TRY_S} s"
     if result.returncode != 0:
-        return (f"`pip download` exited {result.returncode}: "
-                f"{_tail(result.stderr) or _tail(result.stdout)}")
+        return (
+            f"`pip download` exited {result.returncode}: "
+            f"{_tail(result.stderr) or _tail(result.stdout)}"
+        )
     if not (dest / wheel_name(tag)).is_file():
         saved = sorted(item.name for item in dest.iterdir())
         return f"`pip download` saved {saved}, not {wheel_name(tag)}"
@@ -208,8 +246,10 @@ def npu_wheel():
     when there is none or it cannot be downloaded."""
     tag = native_tag()
     if tag is None:
-        skip_or_fail(f"no torch-npu {NPU_VERSION} wheel fits this interpreter "
-                     f"(best tag {next(iter(sys_tags()))}; pinned: {sorted(WHEEL_SHA256)})")
+        skip_or_fail(
+            f"no torch-npu {NPU_VERSION} wheel fits this interpreter "
+            f"(best tag {next(iter(sys_tags()))}; pinned: {sorted(WHEEL_SHA256)})"
+        )
     return fetch_wheel(tag)
 
 
@@ -232,9 +272,24 @@ def npu_target(npu_wheel):
     staging = Path(tempfile.mkdtemp(prefix="npu_target.", dir=npu_wheel.parent))
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
-             "--disable-pip-version-check", "--target", str(staging), str(npu_wheel)],
-            capture_output=True, text=True, timeout=PIP_INSTALL_S, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-index",
+                "--no-compile",
+                "--disable-pip-version-check",
+                "--target",
+                str(staging),
+                str(npu_wheel),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=PIP_INSTALL_S,
+            stdin=subprocess.DEVNULL,
+        )
         assert result.returncode == 0, f"pip install --target failed: {result.stderr}"
         (staging / ".from-wheel").write_text(expected_stamp)
         shutil.rmtree(target, ignore_errors=True)
@@ -309,9 +364,11 @@ class WheelSources:
 
     def __init__(self, path):
         with zipfile.ZipFile(path) as archive:
-            self.files = {name: archive.read(name).decode("utf-8", "replace")
-                          for name in archive.namelist()
-                          if name.endswith((".py", ".txt")) or name.endswith("/METADATA")}
+            self.files = {
+                name: archive.read(name).decode("utf-8", "replace")
+                for name in archive.namelist()
+                if name.endswith((".py", ".txt")) or name.endswith("/METADATA")
+            }
 
     def python_files(self):
         """(path, source) for every .py file in the wheel."""
@@ -319,8 +376,11 @@ class WheelSources:
 
     def dist_info(self, name):
         """The text of `name` in the wheel's .dist-info folder."""
-        matches = [text for path, text in self.files.items()
-                   if path.endswith(f".dist-info/{name}") and path.count("/") == 1]
+        matches = [
+            text
+            for path, text in self.files.items()
+            if path.endswith(f".dist-info/{name}") and path.count("/") == 1
+        ]
         assert matches, f"the wheel has no .dist-info/{name}"
         return matches[0]
 
@@ -350,8 +410,9 @@ class WheelSources:
                 names.update(target.id for target in targets if isinstance(target, ast.Name))
                 is_all = any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
                 if is_all and isinstance(node.value, (ast.List, ast.Tuple)):
-                    names.update(item.value for item in node.value.elts
-                                 if isinstance(item, ast.Constant))
+                    names.update(
+                        item.value for item in node.value.elts if isinstance(item, ast.Constant)
+                    )
             elif isinstance(node, (ast.If, ast.Try, ast.With)):
                 for block in ("body", "orelse", "finalbody"):
                     statements.extend(getattr(node, block, []))
@@ -362,8 +423,9 @@ class WheelSources:
                 continue
             exported = self._literal_all(module)
             if exported is None:
-                exported = {name for name in self.top_level_names(module, seen)
-                            if not name.startswith("_")}
+                exported = {
+                    name for name in self.top_level_names(module, seen) if not name.startswith("_")
+                }
             names |= exported
         return names
 
@@ -385,8 +447,9 @@ class WheelSources:
         seen.add(dotted)
         last = None
         for bound, node, imported in _bindings(ast.parse(self.module_source(module)).body):
-            if bound == name or (bound == "*" and name in self._star_exports(
-                    self._star_module(module, node))):
+            if bound == name or (
+                bound == "*" and name in self._star_exports(self._star_module(module, node))
+            ):
                 last = node, imported or name
         if last is None:
             return None
@@ -420,9 +483,11 @@ class WheelSources:
     def _literal_all(self, dotted):
         """The names in module `dotted`'s top-level literal __all__, or None without one."""
         for node in ast.parse(self.module_source(dotted)).body:
-            if (isinstance(node, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
-                    and isinstance(node.value, (ast.List, ast.Tuple))):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                and isinstance(node.value, (ast.List, ast.Tuple))
+            ):
                 return {item.value for item in node.value.elts if isinstance(item, ast.Constant)}
         return None
 
@@ -490,8 +555,11 @@ def npu_names_devicekit_uses():
     """Every torch_npu name devicekit's sources use, found by reading them with ast."""
     from devicekit.kinds.npu import NpuKind
 
-    npu_classes = {(Path(inspect.getsourcefile(cls)).resolve(), cls.__name__)
-                   for cls in NpuKind.__mro__ if cls.__module__.startswith("devicekit")}
+    npu_classes = {
+        (Path(inspect.getsourcefile(cls)).resolve(), cls.__name__)
+        for cls in NpuKind.__mro__
+        if cls.__module__.startswith("devicekit")
+    }
     names = set()
     for path in sorted(DEVICEKIT.rglob("*.py")):
         collector = _NpuNameCollector(path.resolve(), npu_classes)
@@ -502,10 +570,19 @@ def npu_names_devicekit_uses():
 
 # -- Test A: the names and registrations devicekit relies on exist in the wheel ---------------
 
+
 def test_every_torch_npu_name_devicekit_calls_exists_in_the_wheel(wheel):
     used = npu_names_devicekit_uses()
-    core = {f"torch_npu.npu.{name}" for name in
-            ("set_device", "synchronize", "device_count", "is_available", "memory_allocated")}
+    core = {
+        f"torch_npu.npu.{name}"
+        for name in (
+            "set_device",
+            "synchronize",
+            "device_count",
+            "is_available",
+            "memory_allocated",
+        )
+    }
     assert core <= used, f"the scan missed calls devicekit makes: {sorted(core - used)}"
     assert not wheel.resolves("torch_npu.npu.no_such_function"), "the wheel check cannot fail"
     # Names torch.npu takes in only through `from ._backends import *` (no __all__ there).
@@ -522,21 +599,30 @@ def test_wheel_renames_privateuse1_and_registers_torch_npu(wheel):
 
 def _registers_hccl_for_npu(node):
     """Whether `node` is a call register_backend("hccl", ..., devices=[... "npu" ...])."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "register_backend" and node.args):
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "register_backend"
+        and node.args
+    ):
         return False
     first = node.args[0]
     if not (isinstance(first, ast.Constant) and first.value == "hccl"):
         return False
     devices = [kw.value for kw in node.keywords if kw.arg == "devices"]
-    return bool(devices) and "npu" in {getattr(item, "value", None)
-                                       for item in getattr(devices[0], "elts", [])}
+    return bool(devices) and "npu" in {
+        getattr(item, "value", None) for item in getattr(devices[0], "elts", [])
+    }
 
 
 def test_wheel_registers_hccl_for_the_npu_device(wheel):
     sources = [text for _, text in wheel.python_files() if "register_backend(" in text]
-    calls = [node for text in sources for node in ast.walk(ast.parse(text))
-             if _registers_hccl_for_npu(node)]
+    calls = [
+        node
+        for text in sources
+        for node in ast.walk(ast.parse(text))
+        if _registers_hccl_for_npu(node)
+    ]
     assert calls, 'no register_backend("hccl", ..., devices=["npu"]) in the wheel'
 
 
@@ -575,16 +661,17 @@ def test_import_torch_fails_with_the_wheel_on_the_path(npu_target, no_cann):
 
 def test_importing_devicekit_first_keeps_torch_importable(npu_target, no_cann):
     """Because devicekit switches the autoload off before torch loads."""
-    code = ("import devicekit, torch, os, sys; assert 'torch_npu' not in sys.modules; "
-            "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])")
+    code = (
+        "import devicekit, torch, os, sys; assert 'torch_npu' not in sys.modules; "
+        "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'])"
+    )
     result = run_python(["-c", code], subprocess_env(npu_target))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0", result.stdout
 
 
 def test_check_on_npu_without_cann_prints_one_line(npu_target, no_cann):
-    result = run_python(["-m", "devicekit", "check", "--device", "npu"],
-                        subprocess_env(npu_target))
+    result = run_python(["-m", "devicekit", "check", "--device", "npu"], subprocess_env(npu_target))
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -609,8 +696,9 @@ def test_doctor_auto_without_cann_falls_back_to_cpu(npu_target, no_cann):
 
 
 def test_doctor_on_npu_without_cann_reports_the_problem(npu_target, no_cann):
-    result = run_python(["-m", "devicekit", "doctor", "--device", "npu"],
-                        subprocess_env(npu_target))
+    result = run_python(
+        ["-m", "devicekit", "doctor", "--device", "npu"], subprocess_env(npu_target)
+    )
     assert result.returncode == 2, result.stderr
     problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM")]
     assert len(problems) == 1, result.stdout
@@ -629,10 +717,14 @@ STAND_IN_MODULES = {"npu_module.py": "torch_npu.npu", "npu_amp.py": "torch_npu.n
 def literal_all(tree):
     """The names in a parsed module's top-level literal __all__ (annotated or not), or None."""
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, ast.AnnAssign) else [])
-        if (any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
-                and isinstance(node.value, (ast.List, ast.Tuple))):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else ([node.target] if isinstance(node, ast.AnnAssign) else [])
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and isinstance(
+            node.value, (ast.List, ast.Tuple)
+        ):
             return [item.value for item in node.value.elts if isinstance(item, ast.Constant)]
     return None
 
@@ -647,17 +739,25 @@ def parameters(arguments):
     """[(kind, name, default's source or None)] of an ast.arguments, in order; the kinds
     are inspect.Parameter's. Annotations are left out."""
     positional = [*arguments.posonlyargs, *arguments.args]
-    defaults = ([None] * (len(positional) - len(arguments.defaults))
-                + [ast.unparse(default) for default in arguments.defaults])
-    kinds = ([inspect.Parameter.POSITIONAL_ONLY] * len(arguments.posonlyargs)
-             + [inspect.Parameter.POSITIONAL_OR_KEYWORD] * len(arguments.args))
-    found = [(kind.name, arg.arg, default)
-             for kind, arg, default in zip(kinds, positional, defaults)]
+    defaults = [None] * (len(positional) - len(arguments.defaults)) + [
+        ast.unparse(default) for default in arguments.defaults
+    ]
+    kinds = [inspect.Parameter.POSITIONAL_ONLY] * len(arguments.posonlyargs) + [
+        inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ] * len(arguments.args)
+    found = [
+        (kind.name, arg.arg, default) for kind, arg, default in zip(kinds, positional, defaults)
+    ]
     if arguments.vararg:
         found.append((inspect.Parameter.VAR_POSITIONAL.name, arguments.vararg.arg, None))
-    found += [(inspect.Parameter.KEYWORD_ONLY.name, arg.arg,
-               None if default is None else ast.unparse(default))
-              for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults)]
+    found += [
+        (
+            inspect.Parameter.KEYWORD_ONLY.name,
+            arg.arg,
+            None if default is None else ast.unparse(default),
+        )
+        for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults)
+    ]
     if arguments.kwarg:
         found.append((inspect.Parameter.VAR_KEYWORD.name, arguments.kwarg.arg, None))
     return found
@@ -666,8 +766,13 @@ def parameters(arguments):
 def signature_text(function):
     """`name(parameters)` of a def as its source has it, annotations left out."""
     arguments = copy.deepcopy(function.args)
-    for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                arguments.vararg, arguments.kwarg]:
+    for arg in [
+        *arguments.posonlyargs,
+        *arguments.args,
+        *arguments.kwonlyargs,
+        arguments.vararg,
+        arguments.kwarg,
+    ]:
         if arg is not None:
             arg.annotation = None
     return f"{function.name}({ast.unparse(arguments)})"
@@ -675,8 +780,11 @@ def signature_text(function):
 
 def _methods(cls):
     """{name: def} of the methods a class body defines."""
-    return {node.name: node for node in cls.body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {
+        node.name: node
+        for node in cls.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
 
 
 def signature_mismatches(public_name, stand_in, wheel_def):
@@ -689,31 +797,43 @@ def signature_mismatches(public_name, stand_in, wheel_def):
     (stand_in_at, stand_in_node), (wheel_at, wheel_node) = stand_in, wheel_def
     is_class = isinstance(stand_in_node, ast.ClassDef)
     if is_class != isinstance(wheel_node, ast.ClassDef):
-        kinds = ["a class" if isinstance(node, ast.ClassDef) else "a function"
-                 for node in (stand_in_node, wheel_node)]
-        return [f"{public_name}: the stand-in's is {kinds[0]} ({stand_in_at}), the wheel's "
-                f"{kinds[1]} ({wheel_at})"]
+        kinds = [
+            "a class" if isinstance(node, ast.ClassDef) else "a function"
+            for node in (stand_in_node, wheel_node)
+        ]
+        return [
+            f"{public_name}: the stand-in's is {kinds[0]} ({stand_in_at}), the wheel's "
+            f"{kinds[1]} ({wheel_at})"
+        ]
     if not is_class:
         pairs = [(public_name, stand_in_node, wheel_node)]
     else:
         own, theirs = _methods(stand_in_node), _methods(wheel_node)
         if "__init__" not in own:
-            return [f"{public_name}: the stand-in class defines no __init__ ({stand_in_at}), "
-                    f"so its signature cannot be compared with the wheel's ({wheel_at})"]
-        pairs = [(f"{public_name}.{name}", method, theirs.get(name))
-                 for name, method in own.items()
-                 if name == "__init__" or not name.startswith("_") or name.endswith("__")]
+            return [
+                f"{public_name}: the stand-in class defines no __init__ ({stand_in_at}), "
+                f"so its signature cannot be compared with the wheel's ({wheel_at})"
+            ]
+        pairs = [
+            (f"{public_name}.{name}", method, theirs.get(name))
+            for name, method in own.items()
+            if name == "__init__" or not name.startswith("_") or name.endswith("__")
+        ]
     problems = []
     for name, mine, real in pairs:
         mine_at = f"{stand_in_at.rpartition(':')[0]}:{mine.lineno}"
         if real is None:
-            problems.append(f"{name}: the stand-in defines {signature_text(mine)} ({mine_at}); "
-                            f"the wheel's class ({wheel_at}) defines no "
-                            f"{name.rpartition('.')[2]}")
+            problems.append(
+                f"{name}: the stand-in defines {signature_text(mine)} ({mine_at}); "
+                f"the wheel's class ({wheel_at}) defines no "
+                f"{name.rpartition('.')[2]}"
+            )
         elif parameters(mine.args) != parameters(real.args):
             real_at = f"{wheel_at.rpartition(':')[0]}:{real.lineno}"
-            problems.append(f"{name}: stand-in {signature_text(mine)} ({mine_at}) != wheel "
-                            f"{signature_text(real)} ({real_at})")
+            problems.append(
+                f"{name}: stand-in {signature_text(mine)} ({mine_at}) != wheel "
+                f"{signature_text(real)} ({real_at})"
+            )
     return problems
 
 
@@ -739,19 +859,26 @@ def public_names_beyond_all(tree):
             continue
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
             continue
-        how = (f"from {node.module or '.'} import" if isinstance(node, ast.ImportFrom)
-               else type(node).__name__)
+        how = (
+            f"from {node.module or '.'} import"
+            if isinstance(node, ast.ImportFrom)
+            else type(node).__name__
+        )
         found.append(f"{name} (line {node.lineno}: {how})")
     return found
 
 
 def attributes_set_on(tree, module_name):
     """(attribute, line) for each `<module_name>.<attribute> = ...` in a parsed source."""
-    return [(target.attr, node.lineno) for node in ast.walk(tree)
-            if isinstance(node, (ast.Assign, ast.AnnAssign))
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-            and target.value.id == module_name]
+    return [
+        (target.attr, node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == module_name
+    ]
 
 
 def test_every_name_the_npu_stand_in_offers_is_torch_npus_with_its_signature(wheel):
@@ -765,30 +892,42 @@ def test_every_name_the_npu_stand_in_offers_is_torch_npus_with_its_signature(whe
         assert exported, f"{where} has no literal __all__ to check"
         for name in exported:
             dotted = f"{module}.{name}"
-            public_name = "torch" + dotted[len("torch_npu"):]
+            public_name = "torch" + dotted[len("torch_npu") :]
             listed.add(public_name)
             if not wheel.resolves(dotted):
                 problems.append(f"{public_name}: torch-npu {NPU_VERSION} has no {dotted}")
                 continue
             stand_in = last_binding(tree, name)
             if not isinstance(stand_in, _DEFINITIONS):
-                problems.append(f"{public_name}: {where} lists it in __all__ but does not "
-                                "define it with def or class, so its signature cannot be "
-                                "compared")
+                problems.append(
+                    f"{public_name}: {where} lists it in __all__ but does not "
+                    "define it with def or class, so its signature cannot be "
+                    "compared"
+                )
                 continue
             found = wheel.definition(dotted)
             if found is None:
-                problems.append(f"{public_name}: the wheel binds {dotted}, but to no def or "
-                                "class in its sources; nothing to compare the stand-in with")
+                problems.append(
+                    f"{public_name}: the wheel binds {dotted}, but to no def or "
+                    "class in its sources; nothing to compare the stand-in with"
+                )
                 continue
             problems += signature_mismatches(
-                public_name, (f"{where}:{stand_in.lineno}", stand_in),
-                (f"{found[0]}:{found[1].lineno}", found[1]))
-    expected = {"torch.npu.device", "torch.npu.set_device", "torch.npu.synchronize",
-                "torch.npu.amp.GradScaler", "torch.npu.amp.autocast"}
+                public_name,
+                (f"{where}:{stand_in.lineno}", stand_in),
+                (f"{found[0]}:{found[1].lineno}", found[1]),
+            )
+    expected = {
+        "torch.npu.device",
+        "torch.npu.set_device",
+        "torch.npu.synchronize",
+        "torch.npu.amp.GradScaler",
+        "torch.npu.amp.autocast",
+    }
     assert expected <= listed, f"the check missed {sorted(expected - listed)}"
-    assert not problems, ("the stand-in npu device differs from torch-npu "
-                          f"{NPU_VERSION}:\n" + "\n".join(problems))
+    assert not problems, (
+        f"the stand-in npu device differs from torch-npu {NPU_VERSION}:\n" + "\n".join(problems)
+    )
 
 
 def test_the_npu_stand_in_offers_no_name_beyond_its_all(wheel):
@@ -802,17 +941,21 @@ def test_the_npu_stand_in_offers_no_name_beyond_its_all(wheel):
     for path in sorted(SIMULATE.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for filename, module in STAND_IN_MODULES.items():
-            problems += [f"{path.relative_to(REPO)}:{line}: sets {filename[:-3]}.{attribute}, "
-                         f"but torch-npu {NPU_VERSION} has no {module}.{attribute}"
-                         for attribute, line in attributes_set_on(tree, filename[:-3])
-                         if not attribute.startswith("_")
-                         and not wheel.resolves(f"{module}.{attribute}")]
-    assert not problems, ("the stand-in npu device offers names outside its checked "
-                          "__all__ (list them there, make them private, or `import` the "
-                          "module instead):\n" + "\n".join(problems))
+            problems += [
+                f"{path.relative_to(REPO)}:{line}: sets {filename[:-3]}.{attribute}, "
+                f"but torch-npu {NPU_VERSION} has no {module}.{attribute}"
+                for attribute, line in attributes_set_on(tree, filename[:-3])
+                if not attribute.startswith("_") and not wheel.resolves(f"{module}.{attribute}")
+            ]
+    assert not problems, (
+        "the stand-in npu device offers names outside its checked "
+        "__all__ (list them there, make them private, or `import` the "
+        "module instead):\n" + "\n".join(problems)
+    )
 
 
 # -- The guards themselves -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["true", "1", "TRUE"])
 def test_a_skip_fails_in_ci(monkeypatch, value):
@@ -856,19 +999,26 @@ def _compare_with_the_wheel(wheel, source, dotted="torch_npu.npu.synchronize"):
     """signature_mismatches for the first definition in `source` against the wheel's."""
     node = ast.parse(source).body[0]
     path, real = wheel.definition(dotted)
-    return signature_mismatches("torch" + dotted[len("torch_npu"):], ("stand_in.py:1", node),
-                                (f"{path}:{real.lineno}", real))
+    return signature_mismatches(
+        "torch" + dotted[len("torch_npu") :],
+        ("stand_in.py:1", node),
+        (f"{path}:{real.lineno}", real),
+    )
 
 
-@pytest.mark.parametrize("wrong", [
-    "def synchronize(device=0): pass",
-    "def synchronize(dev=None): pass",
-    "def synchronize(*, device=None): pass",
-    "def synchronize(device=None, /): pass",
-    "def synchronize(device): pass",
-    "def synchronize(device=None, stream=None): pass",
-    "def synchronize(*device): pass",
-], ids=["default", "name", "keyword-only", "positional-only", "no-default", "extra", "star"])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "def synchronize(device=0): pass",
+        "def synchronize(dev=None): pass",
+        "def synchronize(*, device=None): pass",
+        "def synchronize(device=None, /): pass",
+        "def synchronize(device): pass",
+        "def synchronize(device=None, stream=None): pass",
+        "def synchronize(*device): pass",
+    ],
+    ids=["default", "name", "keyword-only", "positional-only", "no-default", "extra", "star"],
+)
 def test_the_signature_check_can_fail(wheel, wrong):
     """A stand-in synchronize that differs from the wheel's in a name, kind or default
     fails, and the message names the function and both signatures."""
@@ -882,24 +1032,27 @@ def test_the_signature_check_can_fail(wheel, wrong):
 
 def test_the_signature_check_passes_what_agrees_and_checks_classes(wheel):
     """Annotations do not count; a class's __init__ and its other methods do."""
-    assert _compare_with_the_wheel(
-        wheel, "def synchronize(device: int = None) -> None: pass") == []
+    assert _compare_with_the_wheel(wheel, "def synchronize(device: int = None) -> None: pass") == []
     # The re-exports followed: `from .utils import`, `from .random import *`, amp's package.
     assert wheel.definition("torch_npu.npu.set_device")[0] == "torch_npu/npu/utils.py"
     assert wheel.definition("torch_npu.npu.get_rng_state")[0] == "torch_npu/npu/random.py"
-    assert (wheel.definition("torch_npu.npu.amp.GradScaler")[0]
-            == "torch_npu/npu/amp/grad_scaler.py")
+    assert wheel.definition("torch_npu.npu.amp.GradScaler")[0] == "torch_npu/npu/amp/grad_scaler.py"
     assert wheel.definition("torch_npu.npu.no_such_function") is None
     right = "class device:\n    def __init__(self, device): pass\n"
     assert _compare_with_the_wheel(wheel, right, "torch_npu.npu.device") == []
     for wrong, says in [
-            ("class device:\n    def __init__(self, device=None): pass\n",
-             "stand-in __init__(self, device=None)"),
-            ("class device:\n    pass\n", "defines no __init__"),
-            (right + "    def __exit__(self, exc_type, exc, tb): pass\n",
-             "wheel __exit__(self, *args)"),
-            (right + "    def no_such_method(self): pass\n", "defines no no_such_method"),
-            ("def device(device): pass", "the stand-in's is a function")]:
+        (
+            "class device:\n    def __init__(self, device=None): pass\n",
+            "stand-in __init__(self, device=None)",
+        ),
+        ("class device:\n    pass\n", "defines no __init__"),
+        (
+            right + "    def __exit__(self, exc_type, exc, tb): pass\n",
+            "wheel __exit__(self, *args)",
+        ),
+        (right + "    def no_such_method(self): pass\n", "defines no no_such_method"),
+        ("def device(device): pass", "the stand-in's is a function"),
+    ]:
         problems = _compare_with_the_wheel(wheel, wrong, "torch_npu.npu.device")
         assert len(problems) == 1 and says in problems[0], (wrong, problems)
 
@@ -907,18 +1060,26 @@ def test_the_signature_check_passes_what_agrees_and_checks_classes(wheel):
 def test_the_name_check_sees_what_escapes_all():
     """Defs, classes, aliases, star and `from` imports outside __all__ are caught; literal
     constants, private names, modules and typing's names are not."""
-    source = ("import collections\nfrom typing import List\nNAME = 'x'\n_private = len\n"
-              "from collections import defaultdict\nfrom x import *\ndef listed(): pass\n"
-              "def extra(): pass\nclass Extra: pass\nalias = listed\n"
-              "__all__ = ['listed']\n")
+    source = (
+        "import collections\nfrom typing import List\nNAME = 'x'\n_private = len\n"
+        "from collections import defaultdict\nfrom x import *\ndef listed(): pass\n"
+        "def extra(): pass\nclass Extra: pass\nalias = listed\n"
+        "__all__ = ['listed']\n"
+    )
     found = public_names_beyond_all(ast.parse(source))
-    assert [item.split(" ")[0] for item in found] == ["defaultdict", "*", "extra", "Extra",
-                                                      "alias"], found
+    assert [item.split(" ")[0] for item in found] == [
+        "defaultdict",
+        "*",
+        "extra",
+        "Extra",
+        "alias",
+    ], found
     tree = ast.parse("npu_module.amp = npu_amp\nnpu_module._native = 1\nother.x = 2\n")
     assert attributes_set_on(tree, "npu_module") == [("amp", 1), ("_native", 2)]
 
 
 # -- No wheel needed ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("paths", [(), (FAKE_NPU,)], ids=["plain", "torch_npu-importable"])
 def test_import_devicekit_does_not_import_torch_npu(paths):

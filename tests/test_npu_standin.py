@@ -29,8 +29,14 @@ SIMULATE = {"DEVICEKIT_SIMULATE": "npu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFER
 def run_python(args, timeout=TIMEOUT_S, **env):
     """`python ARGS` from the repo root with the stand-in asked for, plus `env`."""
     variables = clean_environ(**{**SIMULATE, **env})
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=variables,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=variables,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def scenario(code, **env):
@@ -52,6 +58,7 @@ def error_line(result):
 
 # -- a device torch dispatches to ---------------------------------------------------------------
 
+
 def test_tensors_live_on_a_device_named_npu():
     out = scenario("""
 a = torch.ones(3, device="npu")
@@ -72,19 +79,29 @@ out.update(
     assert out["count"] == 2 and out["accelerator"] == "npu" and out["backend"] == "hccl"
 
 
-@pytest.mark.parametrize("env, count", [({}, 2), ({"DEVICEKIT_SIMULATE_DEVICES": "8"}, 8),
-                                        ({"DEVICEKIT_SIMULATE_DEVICES": "8",
-                                          "ASCEND_RT_VISIBLE_DEVICES": "2,5,7"}, 3)])
+@pytest.mark.parametrize(
+    "env, count",
+    [
+        ({}, 2),
+        ({"DEVICEKIT_SIMULATE_DEVICES": "8"}, 8),
+        ({"DEVICEKIT_SIMULATE_DEVICES": "8", "ASCEND_RT_VISIBLE_DEVICES": "2,5,7"}, 3),
+    ],
+)
 def test_device_count_follows_the_simulated_machine_and_visible_devices(env, count):
-    out = scenario("""
+    out = scenario(
+        """
 out.update(torch=torch.npu.device_count(), kind=devicekit.device_count(),
            last=str(torch.ones(1, device=f"npu:{torch.npu.device_count() - 1}").device))
-""", DEVICEKIT_DEVICE="npu", **env)
+""",
+        DEVICEKIT_DEVICE="npu",
+        **env,
+    )
     assert out == {"torch": count, "kind": count, "last": f"npu:{count - 1}"}
 
 
 def test_the_npu_kind_runs_on_the_stand_in_unchanged():
-    out = scenario("""
+    out = scenario(
+        """
 from devicekit.detect import resolve_kind
 from devicekit.environments import resolve_launch
 kind = resolve_kind()
@@ -92,24 +109,43 @@ out.update(name=kind.name, backend=kind.backend, start_method=kind.start_method,
            count=kind.device_count(), ddp_device_ids=kind.ddp_device_ids(1),
            amp_dtype=str(kind.amp_dtype()), pin_memory=kind.pin_memory,
            device=str(devicekit.device()))
-""", DEVICEKIT_SIMULATE_DEVICES="8", ASCEND_RT_VISIBLE_DEVICES="0,1")
-    assert out == {"name": "npu", "backend": "hccl", "start_method": "spawn", "count": 2,
-                   "ddp_device_ids": [1], "amp_dtype": "torch.float16", "pin_memory": True,
-                   "device": "npu:0"}
+""",
+        DEVICEKIT_SIMULATE_DEVICES="8",
+        ASCEND_RT_VISIBLE_DEVICES="0,1",
+    )
+    assert out == {
+        "name": "npu",
+        "backend": "hccl",
+        "start_method": "spawn",
+        "count": 2,
+        "ddp_device_ids": [1],
+        "amp_dtype": "torch.float16",
+        "pin_memory": True,
+        "device": "npu:0",
+    }
 
 
 @pytest.mark.parametrize("local_rank, fits", [("1", True), ("2", False)])
 def test_torchrun_local_rank_must_fit_the_visible_npus(local_rank, fits):
-    out = scenario("""
+    out = scenario(
+        """
 from devicekit.detect import resolve_kind
 from devicekit.environments import resolve_launch
 try:
     out["device_index"] = resolve_launch(kind=resolve_kind("npu")).device_index
 except devicekit.UsageError as error:
     out["error"] = str(error)
-""", RANK=local_rank, LOCAL_RANK=local_rank, WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", TORCHELASTIC_RUN_ID="test",
-                   DEVICEKIT_SIMULATE_DEVICES="8", ASCEND_RT_VISIBLE_DEVICES="0,1")
+""",
+        RANK=local_rank,
+        LOCAL_RANK=local_rank,
+        WORLD_SIZE="4",
+        LOCAL_WORLD_SIZE="4",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29500",
+        TORCHELASTIC_RUN_ID="test",
+        DEVICEKIT_SIMULATE_DEVICES="8",
+        ASCEND_RT_VISIBLE_DEVICES="0,1",
+    )
     if fits:
         assert out == {"device_index": 1}
     else:
@@ -123,13 +159,18 @@ def test_doctor_says_where_torch_npu_comes_from():
     assert (report["device"], report["backend"], report["devices_per_node"]) == ("npu", "hccl", 2)
     assert report["torch_npu"]["state"] == "not installed, torch.npu registered"
     assert report["torch_npu"]["detail"].startswith(
-        "torch.npu comes from devicekit.simulate.npu_module: "), report["torch_npu"]
+        "torch.npu comes from devicekit.simulate.npu_module: "
+    ), report["torch_npu"]
     assert report["problems"] == [] and result.stderr == ""
 
 
-@pytest.mark.parametrize("other, found", [("torch.ones(4, 3)", "npu:0 and cpu"),
-                                          ("torch.ones(4, 3, device='npu:1')",
-                                           "npu:0 and npu:1")])
+@pytest.mark.parametrize(
+    "other, found",
+    [
+        ("torch.ones(4, 3)", "npu:0 and cpu"),
+        ("torch.ones(4, 3, device='npu:1')", "npu:0 and npu:1"),
+    ],
+)
 def test_an_operand_on_another_device_fails_as_on_a_real_npu(other, found):
     out = scenario(f"""
 model = nn.Linear(3, 2).npu()
@@ -172,13 +213,14 @@ out["trained"] = not torch.equal(cpu[0].weight, initial["0.weight"])
 def test_a_script_that_ran_backward_on_npu_exits_cleanly_every_time():
     """The device's autograd thread must be done with Python before Python finalizes;
     without care about half of such runs aborted at exit."""
-    code = ("import torch, devicekit\n"
-            "torch.nn.Linear(3, 2).npu()(torch.randn(4, 3, device='npu')).sum().backward()\n"
-            "print('done')")
+    code = (
+        "import torch, devicekit\n"
+        "torch.nn.Linear(3, 2).npu()(torch.randn(4, 3, device='npu')).sum().backward()\n"
+        "print('done')"
+    )
     for _ in range(6):
         result = run_python(["-c", code])
-        assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "done", ""), \
-            result
+        assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "done", ""), result
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
@@ -269,7 +311,8 @@ out["into_model"] = str(fresh[0].weight.device)
 
 
 def test_init_distributed_binds_the_npu_and_joins_an_hccl_group():
-    out = scenario("""
+    out = scenario(
+        """
 ctx = devicekit.init_distributed(options=devicekit.LaunchOptions(gpu=1))
 t = torch.ones(2, device=devicekit.device())
 torch.distributed.all_reduce(t)
@@ -277,7 +320,9 @@ out.update(index=ctx.device_index, backend=torch.distributed.get_backend(),
            device=str(devicekit.device()), current=torch.npu.current_device(),
            result=t.tolist(), result_device=str(t.device))
 devicekit.destroy_process_group()
-""", DEVICEKIT_DEVICE="npu")
+""",
+        DEVICEKIT_DEVICE="npu",
+    )
     assert out["index"] == 1 and out["current"] == 1 and out["device"] == "npu:1"
     assert out["backend"] == "hccl"
     assert out["result"] == [1.0, 1.0] and out["result_device"] == "npu:1"
@@ -285,10 +330,12 @@ devicekit.destroy_process_group()
 
 # -- collectives, the trainer and a user's script on 2 ranks -----------------------------------
 
+
 @pytest.mark.slow
 def test_check_passes_on_npu_over_hccl_with_two_ranks():
-    result = run_python(["-m", "devicekit", "check", "--device", "npu", "--max-bytes",
-                         str(1 << 20), "--json"])
+    result = run_python(
+        ["-m", "devicekit", "check", "--device", "npu", "--max-bytes", str(1 << 20), "--json"]
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] is True, report
@@ -300,39 +347,65 @@ def test_check_passes_on_npu_over_hccl_with_two_ranks():
 def cpu_reference(tmp_path_factory):
     """The TINY run on the CPU in fp32 (the npu runs compute with the same kernels)."""
     directory = tmp_path_factory.mktemp("cpu")
-    run_training("torchrun", [*TINY, "--no-amp", "--no-channels-last", "--output-dir",
-                              directory / "out"], directory)
+    run_training(
+        "torchrun",
+        [*TINY, "--no-amp", "--no-channels-last", "--output-dir", directory / "out"],
+        directory,
+    )
     return load_checkpoint(directory / "out")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_main_trains_on_npu_and_matches_the_cpu_bit_for_bit(launcher, cpu_reference, tmp_path):
-    results = run_training(launcher, [*TINY, "--device", "npu", "--output-dir",
-                                      tmp_path / "out"], tmp_path, DEVICEKIT_SIMULATE="npu",
-                           DEVICEKIT_DEVICE="auto")
+    results = run_training(
+        launcher,
+        [*TINY, "--device", "npu", "--output-dir", tmp_path / "out"],
+        tmp_path,
+        DEVICEKIT_SIMULATE="npu",
+        DEVICEKIT_DEVICE="auto",
+    )
     stdout = results[0].stdout
     assert stdout.startswith("=> tinynet on npu ("), stdout
     assert ", fp32" in stdout.splitlines()[0], stdout
-    warnings = [line for r in results for line in (r.stdout + r.stderr).splitlines()
-                if "Warning" in line and "torch.distributed.launch is deprecated" not in line]
+    warnings = [
+        line
+        for r in results
+        for line in (r.stdout + r.stderr).splitlines()
+        if "Warning" in line and "torch.distributed.launch is deprecated" not in line
+    ]
     assert not warnings, describe(results)
     checkpoint = load_checkpoint(tmp_path / "out")
-    assert_bitwise_equal(checkpoint["state_dict"], cpu_reference["state_dict"],
-                         f"{launcher} on npu against torchrun on cpu")
+    assert_bitwise_equal(
+        checkpoint["state_dict"],
+        cpu_reference["state_dict"],
+        f"{launcher} on npu against torchrun on cpu",
+    )
 
 
 @pytest.mark.slow
 def test_a_users_flat_api_script_keeps_every_tensor_on_npu_under_torchrun(tmp_path):
     with Processes(tmp_path / "processes") as procs:
-        run = procs.start("torchrun", [sys.executable, "-m", "torch.distributed.run",
-                                       "--standalone", "--nproc-per-node", "2",
-                                       str(USER_SCRIPT), str(tmp_path / "ckpt.pt")],
-                          clean_environ(**SIMULATE))
-        result, = procs.finish_all([run], TIMEOUT_S)
+        run = procs.start(
+            "torchrun",
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                str(USER_SCRIPT),
+                str(tmp_path / "ckpt.pt"),
+            ],
+            clean_environ(**SIMULATE),
+        )
+        (result,) = procs.finish_all([run], TIMEOUT_S)
     assert result.returncode == 0, describe([result])
-    reports = sorted((json.loads(line) for line in result.stdout.splitlines()
-                      if line.startswith("{")), key=lambda r: r["rank"])
+    reports = sorted(
+        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        key=lambda r: r["rank"],
+    )
     assert [r["rank"] for r in reports] == [0, 1], describe([result])
     for rank, report in enumerate(reports):
         assert report["device"] == f"npu:{rank}"
@@ -349,42 +422,59 @@ def test_a_users_flat_api_script_keeps_every_tensor_on_npu_under_torchrun(tmp_pa
 
 # -- bad input: one line, exit 2 -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["tpu", "cuda", "npu,cpu"])
 def test_an_unknown_simulated_device_is_refused_in_one_line(value):
     line = error_line(run_python(["-c", "import devicekit"], DEVICEKIT_SIMULATE=value))
-    assert line == (f"error: DEVICEKIT_SIMULATE={value!r} is not a device devicekit can "
-                    "simulate: use npu, or unset it")
+    assert line == (
+        f"error: DEVICEKIT_SIMULATE={value!r} is not a device devicekit can "
+        "simulate: use npu, or unset it"
+    )
 
 
-@pytest.mark.parametrize("env, says", [
-    ({"DEVICEKIT_SIMULATE_DEVICES": "0"}, "DEVICEKIT_SIMULATE_DEVICES='0' must be a whole"),
-    ({"DEVICEKIT_SIMULATE_DEVICES": "two"}, "DEVICEKIT_SIMULATE_DEVICES='two' must be a whole"),
-    ({"ASCEND_RT_VISIBLE_DEVICES": "0,5"}, "ASCEND_RT_VISIBLE_DEVICES='0,5' names NPU 5, but "
-                                           "this machine has 2")])
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        ({"DEVICEKIT_SIMULATE_DEVICES": "0"}, "DEVICEKIT_SIMULATE_DEVICES='0' must be a whole"),
+        ({"DEVICEKIT_SIMULATE_DEVICES": "two"}, "DEVICEKIT_SIMULATE_DEVICES='two' must be a whole"),
+        (
+            {"ASCEND_RT_VISIBLE_DEVICES": "0,5"},
+            "ASCEND_RT_VISIBLE_DEVICES='0,5' names NPU 5, but this machine has 2",
+        ),
+    ],
+)
 def test_a_bad_simulated_machine_is_refused_in_one_line(env, says):
     line = error_line(run_python(["-m", "devicekit", "doctor"], **env))
     assert says in line, line
 
 
 def test_an_unordered_visible_list_is_refused_by_the_npu_kind():
-    line = error_line(run_python(["-m", "devicekit", "check", "--device", "npu"],
-                                 ASCEND_RT_VISIBLE_DEVICES="1,0"))
+    line = error_line(
+        run_python(["-m", "devicekit", "check", "--device", "npu"], ASCEND_RT_VISIBLE_DEVICES="1,0")
+    )
     assert "ASCEND_RT_VISIBLE_DEVICES='1,0' is not in ascending order" in line, line
 
 
 def test_a_real_torch_npu_beside_the_stand_in_is_refused():
     env = clean_environ(**SIMULATE)
     env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NPU), env["PYTHONPATH"]])
-    result = subprocess.run([sys.executable, "-c", "import devicekit"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = subprocess.run(
+        [sys.executable, "-c", "import devicekit"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     line = error_line(result)
     assert "torch_npu is installed here" in line and "unset DEVICEKIT_SIMULATE" in line, line
 
 
 def test_no_compiler_is_one_line_and_leaves_no_half_built_cache(tmp_path):
     cache = tmp_path / "cache"
-    line = error_line(run_python(["-c", "import devicekit"], DEVICEKIT_CACHE=cache,
-                                 CXX="no-such-compiler"))
+    line = error_line(
+        run_python(["-c", "import devicekit"], DEVICEKIT_CACHE=cache, CXX="no-such-compiler")
+    )
     assert "needs a C++ compiler ('no-such-compiler' is not on PATH)" in line, line
     assert "apt-get install g++" in line, line
     assert [p.name for p in cache.iterdir()] == ["npu-standin.lock"]
@@ -396,9 +486,14 @@ def test_two_processes_building_at_once_both_start_and_leave_one_build(tmp_path)
     cache = tmp_path / "cache"
     code = "import torch, devicekit; print(torch.ones(1, device='npu').device)"
     with Processes(tmp_path / "processes") as procs:
-        started = [procs.start(f"p{i}", [sys.executable, "-c", code],
-                               clean_environ(**SIMULATE, DEVICEKIT_CACHE=cache))
-                   for i in range(2)]
+        started = [
+            procs.start(
+                f"p{i}",
+                [sys.executable, "-c", code],
+                clean_environ(**SIMULATE, DEVICEKIT_CACHE=cache),
+            )
+            for i in range(2)
+        ]
         results = procs.finish_all(started, TIMEOUT_S)
     assert [r.returncode for r in results] == [0, 0], describe(results)
     assert [r.stdout.strip() for r in results] == ["npu:0", "npu:0"]

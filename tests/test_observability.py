@@ -21,12 +21,17 @@ TIMEOUT_S = 120
 MAIN = os.path.join(ROOT, "main.py")
 EPOCHS, STEPS, LR = 2, 3, 0.1  # TINY's epochs and --steps-per-epoch, and the default --lr
 STEP_TAGS = {"train/loss", "train/acc1", "train/lr"}
-EPOCH_TAGS = {"val/loss": "val_loss", "val/acc1": "acc1", "val/acc5": "acc5",
-              "train/images_per_sec": "images_per_sec"}  # tag: its metrics.jsonl field
+EPOCH_TAGS = {
+    "val/loss": "val_loss",
+    "val/acc1": "acc1",
+    "val/acc5": "acc5",
+    "train/images_per_sec": "images_per_sec",
+}  # tag: its metrics.jsonl field
 # Runs main.main in this process after hiding tensorboard the way a machine without the
 # package does (its import fails, importlib finds no spec).
-WITHOUT_TENSORBOARD = ("import sys; sys.modules['tensorboard'] = None; import main; "
-                       "sys.exit(main.main(sys.argv[1:]))")
+WITHOUT_TENSORBOARD = (
+    "import sys; sys.modules['tensorboard'] = None; import main; sys.exit(main.main(sys.argv[1:]))"
+)
 # Runs main.main and prints which tensorboard modules it loaded and how many autograd
 # (Kineto) profilers it started: torch.profiler starts its recordings through them.
 PROBE = """\
@@ -48,8 +53,9 @@ print(json.dumps({"tensorboard": sorted(m for m in sys.modules if "tensorboard" 
 def run_python(argv, cwd):
     """Python with `argv` in a launcher-free cpu environment; its CompletedProcess."""
     env = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
 
 
 def read_events(folder):
@@ -58,8 +64,10 @@ def read_events(folder):
 
     events = EventAccumulator(str(folder))
     events.Reload()
-    scalars = {tag: [(event.step, event.value) for event in events.Scalars(tag)]
-               for tag in events.Tags()["scalars"]}
+    scalars = {
+        tag: [(event.step, event.value) for event in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+    }
     config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     return scalars, config
 
@@ -70,11 +78,15 @@ def describe_folder(folder):
 
 # -- what a run leaves --------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_tensorboard_two_epoch_run_records_steps_epochs_and_config(tmp_path):
     out, board = tmp_path / "out", tmp_path / "board"
-    run_training("spawn", TINY + ["-p", "1", "--lr-schedule", "cosine", "--output-dir", out,
-                                  "--tensorboard", board], tmp_path)
+    run_training(
+        "spawn",
+        TINY + ["-p", "1", "--lr-schedule", "cosine", "--output-dir", out, "--tensorboard", board],
+        tmp_path,
+    )
     assert len(list(board.glob("events.out.tfevents.*"))) == 1, describe_folder(board)  # rank 0
     scalars, config = read_events(board)
     assert STEP_TAGS | set(EPOCH_TAGS) <= set(scalars), sorted(scalars)
@@ -87,20 +99,21 @@ def test_tensorboard_two_epoch_run_records_steps_epochs_and_config(tmp_path):
     assert scalars["train/lr"][0] == (0, pytest.approx(LR))
     assert scalars["train/lr"] == [
         (step, pytest.approx(LR * state.lr_factor(step / STEPS, EPOCHS, 0, "cosine")))
-        for step in range(EPOCHS * STEPS)]
+        for step in range(EPOCHS * STEPS)
+    ]
     # Epoch scalars sit at the step that ends their epoch, with metrics.jsonl's values.
     rows = read_metrics(out)
     for tag, field in EPOCH_TAGS.items():
-        assert scalars[tag] == [((row["epoch"] + 1) * STEPS, pytest.approx(row[field], rel=1e-6))
-                                for row in rows], tag
+        assert scalars[tag] == [
+            ((row["epoch"] + 1) * STEPS, pytest.approx(row[field], rel=1e-6)) for row in rows
+        ], tag
     assert "arch: 'tinynet'" in config and "lr_schedule: 'cosine'" in config, config
 
 
 @pytest.mark.slow
 def test_profile_steps_leaves_one_trace_of_the_steps_after_warm_up(tmp_path):
     out = tmp_path / "out"
-    results = run_training("spawn", TINY + ["--output-dir", out, "--profile-steps", 2],
-                           tmp_path)
+    results = run_training("spawn", TINY + ["--output-dir", out, "--profile-steps", 2], tmp_path)
     said = re.findall(r"^=> profiled 2 steps: trace in (.+)$", results[0].stdout, re.M)
     assert said == [str(out / "profile")], results[0].stdout
     traces = glob.glob(os.path.join(said[0], "*.pt.trace.json"))
@@ -112,8 +125,9 @@ def test_profile_steps_leaves_one_trace_of_the_steps_after_warm_up(tmp_path):
     assert steps == {"ProfilerStep#2", "ProfilerStep#3"}, steps
 
 
-@pytest.mark.parametrize("flags,loaded", [([], False), (["--tensorboard", "board",
-                                                         "--profile-steps", "1"], True)])
+@pytest.mark.parametrize(
+    "flags,loaded", [([], False), (["--tensorboard", "board", "--profile-steps", "1"], True)]
+)
 def test_tensorboard_and_profiler_are_loaded_only_when_asked(tmp_path, flags, loaded):
     argv = TINY + ["--epochs", "1", "--output-dir", "out"] + flags
     result = run_python(["-c", PROBE, *argv], tmp_path)
@@ -128,33 +142,51 @@ def test_tensorboard_and_profiler_are_loaded_only_when_asked(tmp_path, flags, lo
 # -- bad input ----------------------------------------------------------------------------
 
 # 8 images in batches of 8, 2 epochs: 2 training steps, which only a rank can count.
-EIGHT_IMAGES = ["-a", "tinynet", "--num-classes", "2", "--image-size", "32", "-b", "8",
-                "--epochs", "2", "-j", "0", "{d}/images"]
+EIGHT_IMAGES = [
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "2",
+    "--image-size",
+    "32",
+    "-b",
+    "8",
+    "--epochs",
+    "2",
+    "-j",
+    "0",
+    "{d}/images",
+]
 BAD = {  # id: (command line, the error line; {d}: the test's folder)
-    "profile-steps-zero": (TINY + ["--profile-steps", "0"],
-                           "--profile-steps 0 must be at least 1"),
+    "profile-steps-zero": (TINY + ["--profile-steps", "0"], "--profile-steps 0 must be at least 1"),
     "profile-steps-more-than-the-run": (
         TINY + ["--profile-steps", "5"],  # 2 epochs x 3 steps: 1 short
         "--profile-steps 5 needs 7 training steps (1 to wait, 1 to warm up, 5 to profile), "
-        "but this run trains at most 6: lower --profile-steps or raise --epochs"),
+        "but this run trains at most 6: lower --profile-steps or raise --epochs",
+    ),
     "profile-steps-more-than-the-data": (
         EIGHT_IMAGES + ["--profile-steps", "1"],
         "--profile-steps 1 needs 3 training steps (1 to wait, 1 to warm up, 1 to profile), "
-        "but this run trains at most 2: lower --profile-steps or raise --epochs"),
+        "but this run trains at most 2: lower --profile-steps or raise --epochs",
+    ),
     "profile-steps-with-evaluate": (
         TINY + ["--profile-steps", "1", "--evaluate"],
-        "--profile-steps records training, and --evaluate trains nothing: drop one of them"),
+        "--profile-steps records training, and --evaluate trains nothing: drop one of them",
+    ),
     "tensorboard-under-a-file": (
         TINY + ["--tensorboard", "{d}/a_file/board"],
         "--tensorboard '{d}/a_file/board' cannot be made: '{d}/a_file' exists and is not a "
-        "folder: choose another --tensorboard"),
+        "folder: choose another --tensorboard",
+    ),
     "tensorboard-with-evaluate": (
         TINY + ["--tensorboard", "{d}/board", "--evaluate"],
-        "--tensorboard records training, and --evaluate trains nothing: drop one of them"),
+        "--tensorboard records training, and --evaluate trains nothing: drop one of them",
+    ),
     "tensorboard-not-installed": (
         TINY + ["--tensorboard", "{d}/board"],
         "--tensorboard needs the tensorboard package, which is not installed: "
-        "pip install 'devicekit[tensorboard]'"),
+        "pip install 'devicekit[tensorboard]'",
+    ),
 }
 
 
@@ -166,7 +198,8 @@ def make_files(d):
             os.makedirs(d / "images" / split / name)
             for n in range(4):
                 Image.new("RGB", (40, 36), (99 * index, 7 * n, 50)).save(
-                    d / "images" / split / name / f"{n}.png")
+                    d / "images" / split / name / f"{n}.png"
+                )
 
 
 @pytest.mark.parametrize("case_id", list(BAD))

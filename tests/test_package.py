@@ -33,9 +33,14 @@ def test_every_submodule_imports_as_itself():
     assert shadowed == []
 
 
-@pytest.mark.parametrize("command", [[sys.executable, "-m", "devicekit", "--version"],
-                                     [str(Path(sys.executable).parent / "devicekit"),
-                                      "--version"]], ids=["python -m", "console script"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "-m", "devicekit", "--version"],
+        [str(Path(sys.executable).parent / "devicekit"), "--version"],
+    ],
+    ids=["python -m", "console script"],
+)
 def test_version_answers(command):
     if not Path(command[0]).exists():
         pytest.skip("the console script is installed by pip install (-e) .")
@@ -50,9 +55,12 @@ def test_the_changelog_names_this_version():
 
 @pytest.mark.slow
 def test_the_wheel_holds_devicekit_alone(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "-w", str(tmp_path), ROOT], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), ROOT],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     [wheel] = tmp_path.glob("devicekit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert wheel_problems(names) == []
@@ -73,7 +81,13 @@ def test_the_readme_library_example_runs_outside_the_checkout(tmp_path):
     script.write_text(library_example((Path(ROOT) / "README.md").read_text()))
     environ = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS="1")
     environ.pop("PYTHONPATH")  # the installed devicekit, not the checkout's folder
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=environ,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(re.findall(r"rank (\d) of 2 on cpu", result.stdout)) == ["0", "1"]

@@ -39,9 +39,9 @@ def ported(snippet: str) -> str:
     out, _ = port_source((HEADER + textwrap.dedent(snippet)).encode())
     text = out.decode()
     if text.startswith(PORTED_HEADER):
-        return text[len(PORTED_HEADER):]
+        return text[len(PORTED_HEADER) :]
     assert text.startswith(HEADER), text
-    return text[len(HEADER):]
+    return text[len(HEADER) :]
 
 
 def report_of(snippet: str):
@@ -49,134 +49,286 @@ def report_of(snippet: str):
 
 
 # (rule, CUDA-only line, ported line): one line each, after `import torch`.
-REWRITES = [
-    ("cuda()", "y = x.cuda()", "y = x.to(devicekit.device())"),
-    ("cuda(i)", "y = x.cuda(args.gpu)", "y = x.to(devicekit.device(args.gpu))"),
-    ("cuda(non_blocking)", "y = x.cuda(non_blocking=True)",
-     "y = x.to(devicekit.device(), non_blocking=True)"),
-    ("cuda(i, non_blocking)", "y = x.cuda(gpu, non_blocking=True)",
-     "y = x.to(devicekit.device(gpu), non_blocking=True)"),
-    ("cuda(i, True)", "y = x.cuda(gpu, True)",
-     "y = x.to(devicekit.device(gpu), non_blocking=True)"),
-    ("cuda(device=i)", "y = x.cuda(device=rank)", "y = x.to(devicekit.device(rank))"),
-    ("cuda('cuda:1')", "y = x.cuda('cuda:1')", "y = x.to(devicekit.device(1))"),
-    ("to('cuda')", "y = x.to('cuda')", "y = x.to(devicekit.device())"),
-    ("to('cuda:1')", "y = x.to('cuda:1', non_blocking=True)",
-     "y = x.to(devicekit.device(1), non_blocking=True)"),
-    ("to(f'cuda:{i}')", "y = x.to(f'cuda:{rank}')", "y = x.to(devicekit.device(rank))"),
-    ("to('cuda:%d' % i)", "y = x.to('cuda:%d' % rank)", "y = x.to(devicekit.device(rank))"),
-    ("to('cuda:{}'.format(i))", "y = x.to('cuda:{}'.format(gpu))",
-     "y = x.to(devicekit.device(gpu))"),
-    ("to('cuda:' + str(i))", "y = x.to('cuda:' + str(gpu))", "y = x.to(devicekit.device(gpu))"),
-    ("to(device='cuda')", "y = x.to(device='cuda', dtype=torch.half)",
-     "y = x.to(device=devicekit.device(), dtype=torch.half)"),
-    ("to(local_rank)", "y = x.to(local_rank)", "y = x.to(devicekit.device(local_rank))"),
-    ("to(self.gpu_id)", "y = x.to(self.gpu_id)", "y = x.to(devicekit.device(self.gpu_id))"),
-    ("to(args.local_rank)", "y = x.to(args.local_rank)",
-     "y = x.to(devicekit.device(args.local_rank))"),
-    ("to(0)", "y = x.to(0)", "y = x.to(devicekit.device(0))"),
-    ("torch.device('cuda')", "d = torch.device('cuda')", "d = devicekit.device()"),
-    ("torch.device('cuda', i)", "d = torch.device('cuda', rank)", "d = devicekit.device(rank)"),
-    ("torch.device(type, index)", "d = torch.device(type='cuda', index=rank)",
-     "d = devicekit.device(rank)"),
-    ("torch.device('cuda:0')", "d = torch.device('cuda:0')", "d = devicekit.device(0)"),
-    ("torch.device(f'cuda:{i}')", "d = torch.device(f'cuda:{local_rank}')",
-     "d = devicekit.device(local_rank)"),
-    ("torch.device(if available)",
-     'd = torch.device("cuda" if torch.cuda.is_available() else "cpu")', "d = devicekit.device()"),
-    ("torch.device(if flag)", 'd = torch.device("cuda" if use_cuda else "cpu")',
-     'd = torch.device(devicekit.device_type() if use_cuda else "cpu")'),
-    ("if available", 'device = "cuda" if torch.cuda.is_available() else "cpu"',
-     "device = devicekit.device_type()"),
-    ("'cuda' string", "device = 'cuda'", "device = devicekit.device_type()"),
-    ("'cuda:0' string", "device = 'cuda:0'", "device = str(devicekit.device(0))"),
-    ("f'cuda:{i}' string", "device = f'cuda:{rank}'", "device = str(devicekit.device(rank))"),
-    ("default='cuda'", "def run(model, device='cuda'): pass",
-     "def run(model, device=devicekit.device_type()): pass"),
-    ("device= of a torch call", "t = torch.zeros(3, device='cuda')",
-     "t = torch.zeros(3, device=devicekit.device())"),
-    ("device= rank of a torch call", "t = torch.ones(3, device=local_rank)",
-     "t = torch.ones(3, device=devicekit.device(local_rank))"),
-    ("set_default_device", "torch.set_default_device('cuda')",
-     "torch.set_default_device(devicekit.device())"),
-    ("set_device(f'cuda:{i}')", "torch.cuda.set_device(f'cuda:{rank}')",
-     "devicekit.set_device(rank)"),
-    ("amp.autocast()", "with torch.cuda.amp.autocast(): pass",
-     "with devicekit.autocast(enabled=True): pass"),
-    ("amp.autocast(enabled)", "with torch.cuda.amp.autocast(enabled=args.amp): pass",
-     "with devicekit.autocast(enabled=args.amp): pass"),
-    ("amp.autocast(dtype)", "with torch.cuda.amp.autocast(dtype=torch.bfloat16): pass",
-     "with devicekit.autocast(enabled=True, dtype=torch.bfloat16): pass"),
-    ("amp.autocast(positional)", "with torch.cuda.amp.autocast(use_amp): pass",
-     "with devicekit.autocast(enabled=use_amp): pass"),
-    ("autocast('cuda')", "with torch.autocast('cuda'): pass",
-     "with devicekit.autocast(enabled=True): pass"),
-    ("autocast(device_type, dtype)",
-     "with torch.autocast(device_type='cuda', dtype=torch.float16): pass",
-     "with devicekit.autocast(enabled=True, dtype=torch.float16): pass"),
-    ("amp.autocast('cuda', enabled)", "with torch.amp.autocast('cuda', enabled=False): pass",
-     "with devicekit.autocast(enabled=False): pass"),
-    ("amp.GradScaler()", "s = torch.cuda.amp.GradScaler()",
-     "s = devicekit.GradScaler(enabled=True)"),
-    ("amp.GradScaler(enabled)", "s = torch.cuda.amp.GradScaler(enabled=use_amp)",
-     "s = devicekit.GradScaler(enabled=use_amp)"),
-    ("amp.GradScaler(init_scale)", "s = torch.cuda.amp.GradScaler(2.0**10, growth_interval=100)",
-     "s = devicekit.GradScaler(enabled=True, init_scale=2.0**10, growth_interval=100)"),
-    ("torch.amp.GradScaler('cuda')", "s = torch.amp.GradScaler('cuda')",
-     "s = devicekit.GradScaler(enabled=True)"),
-    ("torch.amp.GradScaler()", "s = torch.amp.GradScaler(enabled=amp)",
-     "s = devicekit.GradScaler(enabled=amp)"),
-    ("init_process_group('nccl')",
-     "torch.distributed.init_process_group('nccl', rank=r, world_size=n)",
-     "torch.distributed.init_process_group(devicekit.backend(), rank=r, world_size=n)"),
-    ("init_process_group(backend='nccl')",
-     "torch.distributed.init_process_group(backend='nccl', init_method='env://')",
-     "torch.distributed.init_process_group(backend=devicekit.backend(), init_method='env://')"),
-    ("init_process_group(device_id)",
-     "torch.distributed.init_process_group('nccl', device_id=torch.device('cuda', local_rank))",
-     "torch.distributed.init_process_group(devicekit.backend(), device_id=devicekit.device("
-     "local_rank) if devicekit.is_available() else None)"),
-    ("backend if available", 'b = "nccl" if torch.cuda.is_available() else "gloo"',
-     "b = devicekit.backend()"),
-    ("add_argument(default='nccl')", "p.add_argument('--dist-backend', default='nccl')",
-     "p.add_argument('--dist-backend', default=devicekit.backend())"),
-    ("destroy_process_group", "torch.distributed.destroy_process_group()",
-     "devicekit.destroy_process_group()"),
-    ("DDP device_ids", "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[gpu])",
-     "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[gpu] if "
-     "devicekit.is_available() else None)"),
-    ("DDP output_device",
-     "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i], output_device=i)",
-     "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i] if devicekit.is_available() "
-     "else None, output_device=i if devicekit.is_available() else None)"),
-    ("map_location='cuda:0'", "c = torch.load(p, map_location='cuda:0')",
-     "c = torch.load(p, map_location=devicekit.device(0))"),
-    ("map_location=f'cuda:{i}'", "c = torch.load(p, map_location=f'cuda:{rank}')",
-     "c = torch.load(p, map_location=devicekit.device(rank))"),
-    ("map_location dict", "c = torch.load(p, map_location={'cuda:0': f'cuda:{rank}'})",
-     "c = torch.load(p, map_location={'cuda:0': str(devicekit.device(rank))})"),
-    ("map_location lambda", "c = torch.load(p, map_location=lambda s, loc: s.cuda(gpu))",
-     "c = torch.load(p, map_location=devicekit.device(gpu))"),
-    ("pin_memory=True", "dl = DataLoader(ds, batch_size=8, pin_memory=True)",
-     "dl = DataLoader(ds, batch_size=8, pin_memory=devicekit.pin_memory())"),
-    (".pin_memory()", "x = batch.pin_memory().to(device)",
-     "x = (batch.pin_memory() if devicekit.pin_memory() else batch).to(device)"),
-    ("MASTER_ADDR", "os.environ['MASTER_ADDR'] = 'localhost'",
-     "os.environ.setdefault('MASTER_ADDR', 'localhost')"),
-    ("MASTER_PORT", 'os.environ["MASTER_PORT"] = str(port)  # fixed',
-     'os.environ.setdefault("MASTER_PORT", str(port))  # fixed'),
-    ("--local_rank", "p.add_argument('--local_rank', type=int, default=-1)",
-     "p.add_argument('--local_rank', '--local-rank', type=int, default=-1)"),
-    ("--local-rank", 'p.add_argument("--local-rank", type=int)',
-     'p.add_argument("--local-rank", "--local_rank", type=int)'),
-    ("OutOfMemoryError", "E = torch.cuda.OutOfMemoryError", "E = torch.OutOfMemoryError"),
-] + [(f"torch.cuda.{name}", f"v = torch.cuda.{name}()", f"v = devicekit.{name}()")
-     for name in ("device_count", "is_available", "current_device", "synchronize",
-                 "is_bf16_supported",
-                  "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
-                  "max_memory_reserved", "reset_peak_memory_stats")] + [
-    (f"torch.cuda.{name}(x)", f"torch.cuda.{name}(x)", f"devicekit.{name}(x)")
-    for name in ("set_device", "manual_seed", "manual_seed_all")]
+REWRITES = (
+    [
+        ("cuda()", "y = x.cuda()", "y = x.to(devicekit.device())"),
+        ("cuda(i)", "y = x.cuda(args.gpu)", "y = x.to(devicekit.device(args.gpu))"),
+        (
+            "cuda(non_blocking)",
+            "y = x.cuda(non_blocking=True)",
+            "y = x.to(devicekit.device(), non_blocking=True)",
+        ),
+        (
+            "cuda(i, non_blocking)",
+            "y = x.cuda(gpu, non_blocking=True)",
+            "y = x.to(devicekit.device(gpu), non_blocking=True)",
+        ),
+        (
+            "cuda(i, True)",
+            "y = x.cuda(gpu, True)",
+            "y = x.to(devicekit.device(gpu), non_blocking=True)",
+        ),
+        ("cuda(device=i)", "y = x.cuda(device=rank)", "y = x.to(devicekit.device(rank))"),
+        ("cuda('cuda:1')", "y = x.cuda('cuda:1')", "y = x.to(devicekit.device(1))"),
+        ("to('cuda')", "y = x.to('cuda')", "y = x.to(devicekit.device())"),
+        (
+            "to('cuda:1')",
+            "y = x.to('cuda:1', non_blocking=True)",
+            "y = x.to(devicekit.device(1), non_blocking=True)",
+        ),
+        ("to(f'cuda:{i}')", "y = x.to(f'cuda:{rank}')", "y = x.to(devicekit.device(rank))"),
+        ("to('cuda:%d' % i)", "y = x.to('cuda:%d' % rank)", "y = x.to(devicekit.device(rank))"),
+        (
+            "to('cuda:{}'.format(i))",
+            "y = x.to('cuda:{}'.format(gpu))",
+            "y = x.to(devicekit.device(gpu))",
+        ),
+        ("to('cuda:' + str(i))", "y = x.to('cuda:' + str(gpu))", "y = x.to(devicekit.device(gpu))"),
+        (
+            "to(device='cuda')",
+            "y = x.to(device='cuda', dtype=torch.half)",
+            "y = x.to(device=devicekit.device(), dtype=torch.half)",
+        ),
+        ("to(local_rank)", "y = x.to(local_rank)", "y = x.to(devicekit.device(local_rank))"),
+        ("to(self.gpu_id)", "y = x.to(self.gpu_id)", "y = x.to(devicekit.device(self.gpu_id))"),
+        (
+            "to(args.local_rank)",
+            "y = x.to(args.local_rank)",
+            "y = x.to(devicekit.device(args.local_rank))",
+        ),
+        ("to(0)", "y = x.to(0)", "y = x.to(devicekit.device(0))"),
+        ("torch.device('cuda')", "d = torch.device('cuda')", "d = devicekit.device()"),
+        ("torch.device('cuda', i)", "d = torch.device('cuda', rank)", "d = devicekit.device(rank)"),
+        (
+            "torch.device(type, index)",
+            "d = torch.device(type='cuda', index=rank)",
+            "d = devicekit.device(rank)",
+        ),
+        ("torch.device('cuda:0')", "d = torch.device('cuda:0')", "d = devicekit.device(0)"),
+        (
+            "torch.device(f'cuda:{i}')",
+            "d = torch.device(f'cuda:{local_rank}')",
+            "d = devicekit.device(local_rank)",
+        ),
+        (
+            "torch.device(if available)",
+            'd = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+            "d = devicekit.device()",
+        ),
+        (
+            "torch.device(if flag)",
+            'd = torch.device("cuda" if use_cuda else "cpu")',
+            'd = torch.device(devicekit.device_type() if use_cuda else "cpu")',
+        ),
+        (
+            "if available",
+            'device = "cuda" if torch.cuda.is_available() else "cpu"',
+            "device = devicekit.device_type()",
+        ),
+        ("'cuda' string", "device = 'cuda'", "device = devicekit.device_type()"),
+        ("'cuda:0' string", "device = 'cuda:0'", "device = str(devicekit.device(0))"),
+        ("f'cuda:{i}' string", "device = f'cuda:{rank}'", "device = str(devicekit.device(rank))"),
+        (
+            "default='cuda'",
+            "def run(model, device='cuda'): pass",
+            "def run(model, device=devicekit.device_type()): pass",
+        ),
+        (
+            "device= of a torch call",
+            "t = torch.zeros(3, device='cuda')",
+            "t = torch.zeros(3, device=devicekit.device())",
+        ),
+        (
+            "device= rank of a torch call",
+            "t = torch.ones(3, device=local_rank)",
+            "t = torch.ones(3, device=devicekit.device(local_rank))",
+        ),
+        (
+            "set_default_device",
+            "torch.set_default_device('cuda')",
+            "torch.set_default_device(devicekit.device())",
+        ),
+        (
+            "set_device(f'cuda:{i}')",
+            "torch.cuda.set_device(f'cuda:{rank}')",
+            "devicekit.set_device(rank)",
+        ),
+        (
+            "amp.autocast()",
+            "with torch.cuda.amp.autocast(): pass",
+            "with devicekit.autocast(enabled=True): pass",
+        ),
+        (
+            "amp.autocast(enabled)",
+            "with torch.cuda.amp.autocast(enabled=args.amp): pass",
+            "with devicekit.autocast(enabled=args.amp): pass",
+        ),
+        (
+            "amp.autocast(dtype)",
+            "with torch.cuda.amp.autocast(dtype=torch.bfloat16): pass",
+            "with devicekit.autocast(enabled=True, dtype=torch.bfloat16): pass",
+        ),
+        (
+            "amp.autocast(positional)",
+            "with torch.cuda.amp.autocast(use_amp): pass",
+            "with devicekit.autocast(enabled=use_amp): pass",
+        ),
+        (
+            "autocast('cuda')",
+            "with torch.autocast('cuda'): pass",
+            "with devicekit.autocast(enabled=True): pass",
+        ),
+        (
+            "autocast(device_type, dtype)",
+            "with torch.autocast(device_type='cuda', dtype=torch.float16): pass",
+            "with devicekit.autocast(enabled=True, dtype=torch.float16): pass",
+        ),
+        (
+            "amp.autocast('cuda', enabled)",
+            "with torch.amp.autocast('cuda', enabled=False): pass",
+            "with devicekit.autocast(enabled=False): pass",
+        ),
+        (
+            "amp.GradScaler()",
+            "s = torch.cuda.amp.GradScaler()",
+            "s = devicekit.GradScaler(enabled=True)",
+        ),
+        (
+            "amp.GradScaler(enabled)",
+            "s = torch.cuda.amp.GradScaler(enabled=use_amp)",
+            "s = devicekit.GradScaler(enabled=use_amp)",
+        ),
+        (
+            "amp.GradScaler(init_scale)",
+            "s = torch.cuda.amp.GradScaler(2.0**10, growth_interval=100)",
+            "s = devicekit.GradScaler(enabled=True, init_scale=2.0**10, growth_interval=100)",
+        ),
+        (
+            "torch.amp.GradScaler('cuda')",
+            "s = torch.amp.GradScaler('cuda')",
+            "s = devicekit.GradScaler(enabled=True)",
+        ),
+        (
+            "torch.amp.GradScaler()",
+            "s = torch.amp.GradScaler(enabled=amp)",
+            "s = devicekit.GradScaler(enabled=amp)",
+        ),
+        (
+            "init_process_group('nccl')",
+            "torch.distributed.init_process_group('nccl', rank=r, world_size=n)",
+            "torch.distributed.init_process_group(devicekit.backend(), rank=r, world_size=n)",
+        ),
+        (
+            "init_process_group(backend='nccl')",
+            "torch.distributed.init_process_group(backend='nccl', init_method='env://')",
+            "torch.distributed.init_process_group(backend=devicekit.backend(), init_method='env://')",
+        ),
+        (
+            "init_process_group(device_id)",
+            "torch.distributed.init_process_group('nccl', device_id=torch.device('cuda', local_rank))",
+            "torch.distributed.init_process_group(devicekit.backend(), device_id=devicekit.device("
+            "local_rank) if devicekit.is_available() else None)",
+        ),
+        (
+            "backend if available",
+            'b = "nccl" if torch.cuda.is_available() else "gloo"',
+            "b = devicekit.backend()",
+        ),
+        (
+            "add_argument(default='nccl')",
+            "p.add_argument('--dist-backend', default='nccl')",
+            "p.add_argument('--dist-backend', default=devicekit.backend())",
+        ),
+        (
+            "destroy_process_group",
+            "torch.distributed.destroy_process_group()",
+            "devicekit.destroy_process_group()",
+        ),
+        (
+            "DDP device_ids",
+            "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[gpu])",
+            "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[gpu] if "
+            "devicekit.is_available() else None)",
+        ),
+        (
+            "DDP output_device",
+            "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i], output_device=i)",
+            "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i] if devicekit.is_available() "
+            "else None, output_device=i if devicekit.is_available() else None)",
+        ),
+        (
+            "map_location='cuda:0'",
+            "c = torch.load(p, map_location='cuda:0')",
+            "c = torch.load(p, map_location=devicekit.device(0))",
+        ),
+        (
+            "map_location=f'cuda:{i}'",
+            "c = torch.load(p, map_location=f'cuda:{rank}')",
+            "c = torch.load(p, map_location=devicekit.device(rank))",
+        ),
+        (
+            "map_location dict",
+            "c = torch.load(p, map_location={'cuda:0': f'cuda:{rank}'})",
+            "c = torch.load(p, map_location={'cuda:0': str(devicekit.device(rank))})",
+        ),
+        (
+            "map_location lambda",
+            "c = torch.load(p, map_location=lambda s, loc: s.cuda(gpu))",
+            "c = torch.load(p, map_location=devicekit.device(gpu))",
+        ),
+        (
+            "pin_memory=True",
+            "dl = DataLoader(ds, batch_size=8, pin_memory=True)",
+            "dl = DataLoader(ds, batch_size=8, pin_memory=devicekit.pin_memory())",
+        ),
+        (
+            ".pin_memory()",
+            "x = batch.pin_memory().to(device)",
+            "x = (batch.pin_memory() if devicekit.pin_memory() else batch).to(device)",
+        ),
+        (
+            "MASTER_ADDR",
+            "os.environ['MASTER_ADDR'] = 'localhost'",
+            "os.environ.setdefault('MASTER_ADDR', 'localhost')",
+        ),
+        (
+            "MASTER_PORT",
+            'os.environ["MASTER_PORT"] = str(port)  # fixed',
+            'os.environ.setdefault("MASTER_PORT", str(port))  # fixed',
+        ),
+        (
+            "--local_rank",
+            "p.add_argument('--local_rank', type=int, default=-1)",
+            "p.add_argument('--local_rank', '--local-rank', type=int, default=-1)",
+        ),
+        (
+            "--local-rank",
+            'p.add_argument("--local-rank", type=int)',
+            'p.add_argument("--local-rank", "--local_rank", type=int)',
+        ),
+        ("OutOfMemoryError", "E = torch.cuda.OutOfMemoryError", "E = torch.OutOfMemoryError"),
+    ]
+    + [
+        (f"torch.cuda.{name}", f"v = torch.cuda.{name}()", f"v = devicekit.{name}()")
+        for name in (
+            "device_count",
+            "is_available",
+            "current_device",
+            "synchronize",
+            "is_bf16_supported",
+            "empty_cache",
+            "memory_allocated",
+            "max_memory_allocated",
+            "memory_reserved",
+            "max_memory_reserved",
+            "reset_peak_memory_stats",
+        )
+    ]
+    + [
+        (f"torch.cuda.{name}(x)", f"torch.cuda.{name}(x)", f"devicekit.{name}(x)")
+        for name in ("set_device", "manual_seed", "manual_seed_all")
+    ]
+)
 
 
 @pytest.mark.parametrize("rule, before, after", REWRITES, ids=[r[0] for r in REWRITES])
@@ -192,37 +344,73 @@ def test_each_plugin_registers_rules_and_names_their_ids():
     (the first one that matches a call gets it)."""
     rules = [rule for kind in _plugins.LEAVE_RULES.values() for rule in kind]
     rules += [rule for _, rule in _plugins.CALL_RULES] + [
-        rule for _, rule in _plugins.KEYWORD_RULES.values()]
+        rule for _, rule in _plugins.KEYWORD_RULES.values()
+    ]
     rules += _plugins.UNPORTED_CALL_RULES + _plugins.REFERENCE_RULES
     files = {f"{_plugins.__name__}.{m.name}" for m in pkgutil.iter_modules(_plugins.__path__)}
     assert {rule.__module__ for rule in rules} == files == {m.__name__ for m in _plugins.PLUGINS}
-    assert all(getattr(PortTransformer, f"leave_{node_type.__name__}") is PortTransformer._leave
-               for node_type in _plugins.LEAVE_RULES)
+    assert all(
+        getattr(PortTransformer, f"leave_{node_type.__name__}") is PortTransformer._leave
+        for node_type in _plugins.LEAVE_RULES
+    )
     for module in _plugins.PLUGINS:
         ids = set()
         for node in ast.walk(ast.parse(inspect.getsource(module))):
-            calls = [node] if isinstance(node, ast.Call) and \
-                getattr(node.func, "attr", None) in ("changed", "removed") else []
-            calls += [d for d in getattr(node, "decorator_list", [])
-                      if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "keyword"]
-            ids.update(getattr(module, call.args[1].id) if isinstance(call.args[1], ast.Name)
-                       else call.args[1].value for call in calls)
+            calls = (
+                [node]
+                if isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) in ("changed", "removed")
+                else []
+            )
+            calls += [
+                d
+                for d in getattr(node, "decorator_list", [])
+                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "keyword"
+            ]
+            ids.update(
+                getattr(module, call.args[1].id)
+                if isinstance(call.args[1], ast.Name)
+                else call.args[1].value
+                for call in calls
+            )
         assert all(f"`{rule}`" in module.__doc__ for rule in ids), (module.__name__, ids)
     assert [rule.__name__ for _, rule in _plugins.CALL_RULES] == [
-        "cuda_method", "to_device", "pin_memory_method", "local_rank_alias", "torch_device",
-        "first_arg_device", "autocast", "grad_scaler", "init_process_group", "ddp_device_ids",
-        "spawn_launch", "destroy_process_group", "torch_cuda_call", "startswith"]
+        "cuda_method",
+        "to_device",
+        "pin_memory_method",
+        "local_rank_alias",
+        "torch_device",
+        "first_arg_device",
+        "autocast",
+        "grad_scaler",
+        "init_process_group",
+        "ddp_device_ids",
+        "spawn_launch",
+        "destroy_process_group",
+        "torch_cuda_call",
+        "startswith",
+    ]
 
 
 UNCHANGED = [
-    "y = x.to(device)", "y = x.to(torch.float16)", "y = x.to(other)", "y = x.to('cpu')",
-    "d = torch.device('cpu')", "d = torch.device(args.device)", "d = torch.device(device_id)",
+    "y = x.to(device)",
+    "y = x.to(torch.float16)",
+    "y = x.to(other)",
+    "y = x.to('cpu')",
+    "d = torch.device('cpu')",
+    "d = torch.device(args.device)",
+    "d = torch.device(device_id)",
     "with torch.autocast('cpu', dtype=torch.bfloat16): pass",
-    "s = torch.amp.GradScaler('cpu')", "dist.init_process_group('gloo')",
-    "dist.init_process_group(backend=args.dist_backend)", "c = torch.load(p, map_location='cpu')",
-    "c = torch.load(p, map_location=lambda s, loc: s)", "dl = DataLoader(ds, pin_memory=False)",
-    "m = DDP(m)", "os.environ['NCCL_DEBUG'] = 'INFO'",
-    "p.add_argument('--local_rank', '--local-rank', type=int)", "mp.spawn(f, args=(1,), nprocs=2)",
+    "s = torch.amp.GradScaler('cpu')",
+    "dist.init_process_group('gloo')",
+    "dist.init_process_group(backend=args.dist_backend)",
+    "c = torch.load(p, map_location='cpu')",
+    "c = torch.load(p, map_location=lambda s, loc: s)",
+    "dl = DataLoader(ds, pin_memory=False)",
+    "m = DDP(m)",
+    "os.environ['NCCL_DEBUG'] = 'INFO'",
+    "p.add_argument('--local_rank', '--local-rank', type=int)",
+    "mp.spawn(f, args=(1,), nprocs=2)",
     "x = devicekit.pin_memory()",
 ]
 
@@ -240,11 +428,14 @@ def test_to_a_device_variable_is_not_taken_for_a_rank():
     y = x.to(gpu)
     z = x.cuda(gpu)
     """
-    assert ported(before) == """\
+    assert (
+        ported(before)
+        == """\
     gpu = devicekit.device(local_rank)
     y = x.to(gpu)
     z = x.to(gpu)
     """.replace("    ", "")
+    )
 
 
 def test_rank_by_provenance():
@@ -323,15 +514,23 @@ def test_from_imports_are_resolved_and_orphans_removed():
     """)
 
 
-@pytest.mark.parametrize("source, expected", [
-    ('import torch\nif torch.__version__ >= "1.8":\n    import torch_npu\nx = 1\n',
-     "import torch\nx = 1\n"),
-    # a test that may do something stays: it was removed, and setup() with it
-    ("if setup():\n    import torch_npu\n", "if setup():\n    pass\n"),
-    # an else: branch stays: it was removed with the try
-    ("try:\n    import torch_npu\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n",
-     "try:\n    pass\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n"),
-], ids=["version test", "a call in the test", "try with else"])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            'import torch\nif torch.__version__ >= "1.8":\n    import torch_npu\nx = 1\n',
+            "import torch\nx = 1\n",
+        ),
+        # a test that may do something stays: it was removed, and setup() with it
+        ("if setup():\n    import torch_npu\n", "if setup():\n    pass\n"),
+        # an else: branch stays: it was removed with the try
+        (
+            "try:\n    import torch_npu\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n",
+            "try:\n    pass\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n",
+        ),
+    ],
+    ids=["version test", "a call in the test", "try with else"],
+)
 def test_what_held_a_torch_npu_import_goes_only_when_it_did_nothing_else(source, expected):
     assert port_source(source.encode())[0].decode() == expected
 
@@ -351,14 +550,21 @@ def test_an_import_still_used_is_kept():
 
 # (construct, a line using it, what the manual fix mentions)
 MANUAL = [
-    ("cpp_extension.load", "from torch.utils.cpp_extension import load\nk = load('k', ['k.cu'])",
-     "fallback"),
-    ("load_inline",
-     "import torch.utils.cpp_extension as ext\nk = ext.load_inline('k', cpp_sources='')",
-     "fallback"),
-    ("CUDAExtension",
-     "from torch.utils.cpp_extension import CUDAExtension\ne = CUDAExtension('k', [])",
-     "fallback"),
+    (
+        "cpp_extension.load",
+        "from torch.utils.cpp_extension import load\nk = load('k', ['k.cu'])",
+        "fallback",
+    ),
+    (
+        "load_inline",
+        "import torch.utils.cpp_extension as ext\nk = ext.load_inline('k', cpp_sources='')",
+        "fallback",
+    ),
+    (
+        "CUDAExtension",
+        "from torch.utils.cpp_extension import CUDAExtension\ne = CUDAExtension('k', [])",
+        "fallback",
+    ),
     ("Event", "start = torch.cuda.Event(enable_timing=True)", "perf_counter"),
     ("graph", "g = torch.cuda.CUDAGraph()", "eagerly"),
     ("graph context", "with torch.cuda.graph(g):\n    pass", "eagerly"),
@@ -366,8 +572,11 @@ MANUAL = [
     ("nvtx", "torch.cuda.nvtx.range_push('step')", "record_function"),
     ("nvtx module", "import nvtx", "record_function"),
     ("apex", "from apex import amp", "devicekit.autocast"),
-    ("amp.initialize", "from apex import amp\nmodel, opt = amp.initialize(model, opt)",
-     "devicekit.autocast"),
+    (
+        "amp.initialize",
+        "from apex import amp\nmodel, opt = amp.initialize(model, opt)",
+        "devicekit.autocast",
+    ),
     ("cupy", "import cupy as cp", "fallback"),
     ("triton", "import triton\n@triton.jit\ndef k(x): pass", "fallback"),
     ("DataParallel", "m = torch.nn.DataParallel(m)", "devicekit.wrap_ddp"),
@@ -376,14 +585,20 @@ MANUAL = [
     ("unknown torch.cuda", "torch.cuda.ipc_collect()", "device_type"),
     ("tensor type", "t = torch.cuda.FloatTensor(3)", "device=devicekit.device()"),
     ("argument devicekit does not take", "torch.cuda.synchronize(device)", "without the argument"),
-    ("autocast cache_enabled", "with torch.cuda.amp.autocast(cache_enabled=False): pass",
-     "cache_enabled"),
+    (
+        "autocast cache_enabled",
+        "with torch.cuda.amp.autocast(cache_enabled=False): pass",
+        "cache_enabled",
+    ),
     ("autocast(**kwargs)", "with torch.cuda.amp.autocast(**amp_args): pass", "by name"),
     ("GradScaler(*args)", "s = torch.cuda.amp.GradScaler(*scaler_args)", "by name"),
     ("cuda(*args)", "y = x.cuda(*where)", "devicekit.device(i)"),
     ("torch.cuda.device(i)", "with torch.cuda.device(1): pass", "devicekit.set_device(i)"),
-    ("mp.spawn(join=False)", "ctx = torch.multiprocessing.spawn(f, nprocs=2, join=False)",
-     "devicekit.launch"),
+    (
+        "mp.spawn(join=False)",
+        "ctx = torch.multiprocessing.spawn(f, nprocs=2, join=False)",
+        "devicekit.launch",
+    ),
 ]
 
 
@@ -399,13 +614,16 @@ def test_reported_for_a_manual_change(name, snippet, fix):
 
 
 def test_cudnn_is_kept_and_reported_as_harmless():
-    source = (HEADER + "torch.backends.cudnn.benchmark = True\n"
-              "torch.backends.cuda.matmul.allow_tf32 = True\n").encode()
+    source = (
+        HEADER + "torch.backends.cudnn.benchmark = True\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True\n"
+    ).encode()
     out, report = port_source(source)
     assert out == source and report.manual == []
     assert [(i.line, i.construct) for i in report.info] == [
         (2, "torch.backends.cudnn.benchmark = True"),
-        (3, "torch.backends.cuda.matmul.allow_tf32 = True")]
+        (3, "torch.backends.cuda.matmul.allow_tf32 = True"),
+    ]
     assert all("harmless" in i.note for i in report.info)
 
 
@@ -458,16 +676,19 @@ def test_untouched_code_is_byte_for_byte_the_same():
 def test_line_endings_and_encoding_are_kept():
     source = "# -*- coding: latin-1 -*-\r\nimport torch\r\nname = 'caf\xe9'\r\ny = x.cuda()\r\n"
     out, _ = port_source(source.encode("latin-1"))
-    assert out.decode("latin-1") == ("# -*- coding: latin-1 -*-\r\nimport torch\r\nimport devicekit"
-                                     "\r\nname = 'caf\xe9'\r\ny = x.to(devicekit.device())\r\n")
+    assert out.decode("latin-1") == (
+        "# -*- coding: latin-1 -*-\r\nimport torch\r\nimport devicekit"
+        "\r\nname = 'caf\xe9'\r\ny = x.to(devicekit.device())\r\n"
+    )
 
 
 def test_the_line_endings_of_a_mixed_file_are_kept():
     # libcst failed on this mix ("Internal error while parsing whitespace")
     source = b"import torch\r\nx = 1\r\n\ny = x.cuda()\n\rz = 3\r"
     out, report = port_source(source)
-    assert out == (b"import torch\r\nimport devicekit\r\nx = 1\r\n\n"
-                   b"y = x.to(devicekit.device())\n\rz = 3\r")
+    assert out == (
+        b"import torch\r\nimport devicekit\r\nx = 1\r\n\ny = x.to(devicekit.device())\n\rz = 3\r"
+    )
     assert [c.line for c in report.changes] == [4]
 
 
@@ -476,11 +697,17 @@ def test_a_file_of_lone_carriage_returns_keeps_them():
     assert out == b"import torch\rimport devicekit\rx = 1\ry = x.to(devicekit.device())\r"
 
 
-@pytest.mark.parametrize("source, expected", [
-    (b"import torch\nx = y.cuda()\n  # the end\n",
-     b"import torch\nimport devicekit\nx = y.to(devicekit.device())\n  # the end\n"),
-    (b"import torch_npu\nx = 1\n\t# the end\n\n  ", b"x = 1\n\t# the end\n\n  "),
-], ids=["indented comment", "tab, blank lines, no newline"])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            b"import torch\nx = y.cuda()\n  # the end\n",
+            b"import torch\nimport devicekit\nx = y.to(devicekit.device())\n  # the end\n",
+        ),
+        (b"import torch_npu\nx = 1\n\t# the end\n\n  ", b"x = 1\n\t# the end\n\n  "),
+    ],
+    ids=["indented comment", "tab, blank lines, no newline"],
+)
 def test_comments_after_the_last_statement_are_kept(source, expected):
     # libcst drops indented comment and blank lines after the last top-level statement
     assert port_source(source)[0] == expected
@@ -503,34 +730,52 @@ def test_a_panic_of_libcst_is_a_one_line_refusal(monkeypatch):
     monkeypatch.setattr(engine.cst, "parse_module", panics)
     with pytest.raises(ParseFailure) as error:
         port_source(b"x = 1\ny = 2\n", "train.py")
-    assert str(error.value) == ("train.py: does not parse with libcst, the parser devicekit port "
-                                "uses, though Python reads it: its parser failed (line 2): port "
-                                "this file by hand")
+    assert str(error.value) == (
+        "train.py: does not parse with libcst, the parser devicekit port "
+        "uses, though Python reads it: its parser failed (line 2): port "
+        "this file by hand"
+    )
 
 
 def test_a_form_feed_is_kept():
     # libcst drops a form feed that starts a line
     source = b"import torch\n\x0c\ndef f():\n\x0c    return x.cuda()\n\x0cy = 1\n"
     out, _ = port_source(source)
-    assert out == (b"import torch\nimport devicekit\n\x0c\ndef f():\n"
-                   b"\x0c    return x.to(devicekit.device())\n\x0cy = 1\n")
+    assert out == (
+        b"import torch\nimport devicekit\n\x0c\ndef f():\n"
+        b"\x0c    return x.to(devicekit.device())\n\x0cy = 1\n"
+    )
 
 
-@pytest.mark.parametrize("source, expected", [
-    ('"""Doc."""\nfrom __future__ import annotations\ny = x.cuda()\n',
-     '"""Doc."""\nfrom __future__ import annotations\nimport devicekit\n'
-     'y = x.to(devicekit.device())\n'),
-    ('"""Doc."""\ny = x.cuda()\n', '"""Doc."""\nimport devicekit\ny = x.to(devicekit.device())\n'),
-    ("y = x.cuda()\n", "import devicekit\ny = x.to(devicekit.device())\n"),
-    ("import os\nimport devicekit\ny = x.cuda()\n",
-     "import os\nimport devicekit\ny = x.to(devicekit.device())\n"),
-    ("import os\nd = torch.device('cuda')\nimport torch\n",
-     "import os\nimport devicekit\nd = devicekit.device()\nimport torch\n"),
-    ("import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n\n"
-     "def f():\n    return x.cuda()\n",
-     "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\nimport devicekit\n\n"
-     "def f():\n    return x.to(devicekit.device())\n"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            '"""Doc."""\nfrom __future__ import annotations\ny = x.cuda()\n',
+            '"""Doc."""\nfrom __future__ import annotations\nimport devicekit\n'
+            "y = x.to(devicekit.device())\n",
+        ),
+        (
+            '"""Doc."""\ny = x.cuda()\n',
+            '"""Doc."""\nimport devicekit\ny = x.to(devicekit.device())\n',
+        ),
+        ("y = x.cuda()\n", "import devicekit\ny = x.to(devicekit.device())\n"),
+        (
+            "import os\nimport devicekit\ny = x.cuda()\n",
+            "import os\nimport devicekit\ny = x.to(devicekit.device())\n",
+        ),
+        (
+            "import os\nd = torch.device('cuda')\nimport torch\n",
+            "import os\nimport devicekit\nd = devicekit.device()\nimport torch\n",
+        ),
+        (
+            "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n\n"
+            "def f():\n    return x.cuda()\n",
+            "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\nimport devicekit\n\n"
+            "def f():\n    return x.to(devicekit.device())\n",
+        ),
+    ],
+)
 def test_import_devicekit_added_once_where_a_reader_expects_it(source, expected):
     out, _ = port_source(source.encode())
     assert out.decode() == expected
@@ -547,8 +792,9 @@ def test_porting_twice_changes_nothing(script):
     once, first = port_source((CORPUS / script).read_bytes(), script)
     twice, second = port_source(once, script)
     assert first.changes and twice == once and second.changes == []
-    assert [(m.line, m.construct) for m in second.manual] == \
-        [(m.line, m.construct) for m in first.manual] or "import devicekit" in once.decode()
+    assert [(m.line, m.construct) for m in second.manual] == [
+        (m.line, m.construct) for m in first.manual
+    ] or "import devicekit" in once.decode()
 
 
 # -- the command -----------------------------------------------------------------------
@@ -594,11 +840,12 @@ def test_default_prints_a_diff_and_a_summary_and_writes_nothing(tmp_path, capsys
     assert code == 0 and err == ""
     assert out.startswith(f"--- {script}\n+++ {script}\n@@")
     assert '-    dist.init_process_group(backend="nccl")  # keep this comment\n' in out
-    assert '+    dist.init_process_group(backend=devicekit.backend())  # keep this comment\n' in out
+    assert "+    dist.init_process_group(backend=devicekit.backend())  # keep this comment\n" in out
     assert "+    model = torch.nn.Linear(4, 2).to(devicekit.device())\n" in out
     assert f"{script}:8: kept: torch.backends.cudnn.benchmark = True" in out
-    assert out.rstrip().endswith("1 file(s), 1 changed, 2 change(s), 0 manual item(s), "
-                                 "1 kept as harmless")
+    assert out.rstrip().endswith(
+        "1 file(s), 1 changed, 2 change(s), 0 manual item(s), 1 kept as harmless"
+    )
     assert script.read_text() == SCRIPT
 
 
@@ -606,8 +853,12 @@ def test_manual_items_are_listed_and_exit_1(tmp_path, capsys):
     script = write(tmp_path / "dp.py", MANUAL_SCRIPT)
     code, out, _ = run_port(capsys, script)
     assert code == 1
-    assert re.search(rf"^{re.escape(str(script))}:2: manual: torch.nn.DataParallel\(torch.nn.Linear"
-                     r"\(2, 2\)\): .*Fix: .*devicekit.wrap_ddp", out, re.M)
+    assert re.search(
+        rf"^{re.escape(str(script))}:2: manual: torch.nn.DataParallel\(torch.nn.Linear"
+        r"\(2, 2\)\): .*Fix: .*devicekit.wrap_ddp",
+        out,
+        re.M,
+    )
 
 
 def test_check_exit_codes_and_changes_nothing(tmp_path, capsys):
@@ -663,20 +914,40 @@ def test_report_json(tmp_path, capsys):
     first, second = report["files"]
     assert first["path"] == str(script) and first["changed"] is True
     assert first["changes"] == [
-        {"line": 6, "rule": "init-process-group",
-         "before": 'dist.init_process_group(backend="nccl")',
-         "after": "dist.init_process_group(backend=devicekit.backend())",
-         "rules": ["init-process-group"]},
-        {"line": 7, "rule": "cuda-method", "before": "torch.nn.Linear(4, 2).cuda()",
-         "after": "torch.nn.Linear(4, 2).to(devicekit.device())", "rules": ["cuda-method"]}]
-    assert first["info"] == [{"line": 8, "construct": "torch.backends.cudnn.benchmark = True",
-                              "note": first["info"][0]["note"]}]
+        {
+            "line": 6,
+            "rule": "init-process-group",
+            "before": 'dist.init_process_group(backend="nccl")',
+            "after": "dist.init_process_group(backend=devicekit.backend())",
+            "rules": ["init-process-group"],
+        },
+        {
+            "line": 7,
+            "rule": "cuda-method",
+            "before": "torch.nn.Linear(4, 2).cuda()",
+            "after": "torch.nn.Linear(4, 2).to(devicekit.device())",
+            "rules": ["cuda-method"],
+        },
+    ]
+    assert first["info"] == [
+        {
+            "line": 8,
+            "construct": "torch.backends.cudnn.benchmark = True",
+            "note": first["info"][0]["note"],
+        }
+    ]
     [manual] = second["manual"]
     assert manual["line"] == 2 and manual["construct"].startswith("torch.nn.DataParallel(")
     assert "DDP" in manual["why"] and "devicekit.wrap_ddp" in manual["fix"]
-    assert report["summary"] == {"files": 2, "files_changed": 2, "changes": 3, "manual": 1,
-                                 "info": 1, "exit_code": 1,
-                                 "by_rule": {"cuda-method": 2, "init-process-group": 1}}
+    assert report["summary"] == {
+        "files": 2,
+        "files_changed": 2,
+        "changes": 3,
+        "manual": 1,
+        "info": 1,
+        "exit_code": 1,
+        "by_rule": {"cuda-method": 2, "init-process-group": 1},
+    }
 
 
 @pytest.mark.parametrize("mode", [[], ["--write"], ["--check"]])
@@ -709,60 +980,117 @@ def test_a_nul_byte_is_refused_with_its_line():
     with pytest.raises(ParseFailure) as error:
         port_source(b"import torch\nx = 1\n\x00\n", "train.py")
     message = assert_usage_line(error.value, ["train.py"])
-    assert message == ("train.py: does not parse: it contains a NUL byte (line 3): it is not a "
-                       "Python source file, or it was saved as UTF-16: save it as UTF-8 text")
+    assert message == (
+        "train.py: does not parse: it contains a NUL byte (line 3): it is not a "
+        "Python source file, or it was saved as UTF-16: save it as UTF-8 text"
+    )
 
 
-@pytest.mark.parametrize("source, says", [
-    (b"x = 1\ny = '\xe9'\n", "is not UTF-8 text: byte 0xe9 at line 2 cannot be decoded"),
-    (b"# \xff\nx = 1\n", "is not UTF-8 text: byte 0xff at line 1"),  # was a traceback
-    (b"#!/usr/bin/env python\n# coding: nope\n", "declares an encoding Python does not know, "
-                                                  "'nope' (line 2)"),  # was "(line 0)"
-    (codecs.BOM_UTF8 + b"# coding: latin-1\n", "starts with a UTF-8 byte-order mark but "
-                                                "declares encoding 'latin-1' (line 1)"),
-    ("x = 1\n".encode("utf-16"), "NUL byte (line 1)"),
-    (b"\n\t \\\r\n", "does not parse with libcst, the parser devicekit port uses, though "
-                       "Python reads it: tokenizer error: unexpected end of file after a line "
-                       "continuation (line 2)"),
-    # RecursionError tracebacks: from Python's parser, and from libcst's visitors
-    (b"x = " + b"+".join([b"a"] * 5000) + b"\n", "nests too deeply for Python's parser (line 1)"),
-    (b"y = 1\nx = " + b"-" * 900 + b"1\n", "nests too deeply for devicekit port (line 2)"),
-    (b"if x:\n    a = 0\n" + b"".join(b"elif x == %d:\n    a = %d\n" % (i, i)
-                                      for i in range(1, 1000)), "(line 2000)"),
-], ids=["latin-1 byte", "byte in a comment", "unknown encoding", "BOM and latin-1", "UTF-16",
-        "backslash at the end", "a+a+...", "----1", "elif x 1000"])
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        (b"x = 1\ny = '\xe9'\n", "is not UTF-8 text: byte 0xe9 at line 2 cannot be decoded"),
+        (b"# \xff\nx = 1\n", "is not UTF-8 text: byte 0xff at line 1"),  # was a traceback
+        (
+            b"#!/usr/bin/env python\n# coding: nope\n",
+            "declares an encoding Python does not know, 'nope' (line 2)",
+        ),  # was "(line 0)"
+        (
+            codecs.BOM_UTF8 + b"# coding: latin-1\n",
+            "starts with a UTF-8 byte-order mark but declares encoding 'latin-1' (line 1)",
+        ),
+        ("x = 1\n".encode("utf-16"), "NUL byte (line 1)"),
+        (
+            b"\n\t \\\r\n",
+            "does not parse with libcst, the parser devicekit port uses, though "
+            "Python reads it: tokenizer error: unexpected end of file after a line "
+            "continuation (line 2)",
+        ),
+        # RecursionError tracebacks: from Python's parser, and from libcst's visitors
+        (
+            b"x = " + b"+".join([b"a"] * 5000) + b"\n",
+            "nests too deeply for Python's parser (line 1)",
+        ),
+        (b"y = 1\nx = " + b"-" * 900 + b"1\n", "nests too deeply for devicekit port (line 2)"),
+        (
+            b"if x:\n    a = 0\n"
+            + b"".join(b"elif x == %d:\n    a = %d\n" % (i, i) for i in range(1, 1000)),
+            "(line 2000)",
+        ),
+    ],
+    ids=[
+        "latin-1 byte",
+        "byte in a comment",
+        "unknown encoding",
+        "BOM and latin-1",
+        "UTF-16",
+        "backslash at the end",
+        "a+a+...",
+        "----1",
+        "elif x 1000",
+    ],
+)
 def test_unreadable_sources_say_what_and_where(source, says):
     with pytest.raises(ParseFailure) as error:
         port_source(source, "train.py")
     assert says in assert_usage_line(error.value, ["train.py"])
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--report", "a.py", "a.py"], "a.py: --report would overwrite an input"),
-    (["--report", "b.py", "a.py"], "b.py: --report would write JSON over a Python file: name a "
-                                   ".json file"),
-    (["--report", "a.py/r.json", "a.py"], "a.py/r.json: --report cannot be written: a.py is "
-                                          "not a writable folder"),
-    (["--out", "", "a.py"], "--out '': give a folder"),
-    (["--out", "o/p", "--report", "o", "a.py"], "o: --report would stand where --out o/p "
-                                                "writes a folder: name a file outside it, or "
-                                                "in it"),  # was refused after writing o/p/a.py
-    (["--report", "r\0.json", "a.py"], "r\\x00.json: --report is not a usable path (embedded "
-                                       "null byte)"),  # was a ValueError traceback
-    # was refused only when writing, after making the folder o/
-    (["--out", "o/" + "x" * 300, "a.py"], "o/" + "x" * 300 + ": --out is not a usable path "
-                                                            "(File name too long)"),
-    (["a\nb.py"], "a\\nb.py: no such file or directory"),
-    (["a\0b.py"], "a\\x00b.py: no such file or directory"),
-    ([""], "'': an empty path: give .py files or folders of them"),  # it ported the folder
-    (["x" * 300 + ".py"], "x" * 300 + ".py: not a usable path (File name too long)"),
-    (["--wr", "--check", "a.py"], "argument --check: not allowed with argument --write (see: "
-                                  "devicekit port --help)"),
-], ids=["report over the input", "report over a script", "report under a file", "empty out",
-        "report where out writes", "NUL in report", "out name too long",
-        "newline in a name", "NUL in a name", "empty path", "name too long", "two modes"])
-def test_bad_command_lines_are_one_line_and_change_nothing(tmp_path, monkeypatch, capsys, argv,
-                                                           says):
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--report", "a.py", "a.py"], "a.py: --report would overwrite an input"),
+        (
+            ["--report", "b.py", "a.py"],
+            "b.py: --report would write JSON over a Python file: name a .json file",
+        ),
+        (
+            ["--report", "a.py/r.json", "a.py"],
+            "a.py/r.json: --report cannot be written: a.py is not a writable folder",
+        ),
+        (["--out", "", "a.py"], "--out '': give a folder"),
+        (
+            ["--out", "o/p", "--report", "o", "a.py"],
+            "o: --report would stand where --out o/p "
+            "writes a folder: name a file outside it, or "
+            "in it",
+        ),  # was refused after writing o/p/a.py
+        (
+            ["--report", "r\0.json", "a.py"],
+            "r\\x00.json: --report is not a usable path (embedded null byte)",
+        ),  # was a ValueError traceback
+        # was refused only when writing, after making the folder o/
+        (
+            ["--out", "o/" + "x" * 300, "a.py"],
+            "o/" + "x" * 300 + ": --out is not a usable path (File name too long)",
+        ),
+        (["a\nb.py"], "a\\nb.py: no such file or directory"),
+        (["a\0b.py"], "a\\x00b.py: no such file or directory"),
+        ([""], "'': an empty path: give .py files or folders of them"),  # it ported the folder
+        (["x" * 300 + ".py"], "x" * 300 + ".py: not a usable path (File name too long)"),
+        (
+            ["--wr", "--check", "a.py"],
+            "argument --check: not allowed with argument --write (see: devicekit port --help)",
+        ),
+    ],
+    ids=[
+        "report over the input",
+        "report over a script",
+        "report under a file",
+        "empty out",
+        "report where out writes",
+        "NUL in report",
+        "out name too long",
+        "newline in a name",
+        "NUL in a name",
+        "empty path",
+        "name too long",
+        "two modes",
+    ],
+)
+def test_bad_command_lines_are_one_line_and_change_nothing(
+    tmp_path, monkeypatch, capsys, argv, says
+):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "a.py", SCRIPT)
     code, out, err = run_port_exit(capsys, *argv)
@@ -777,8 +1105,10 @@ def test_out_where_a_file_stands_for_a_folder_is_refused_before_writing(tmp_path
     write(tmp_path / "src" / "pkg" / "b.py", SCRIPT)
     write(tmp_path / "out" / "pkg", "a file")
     code, _, err = run_port(capsys, "--out", tmp_path / "out", tmp_path / "src")
-    assert code == 2 and err == (f"devicekit port: error: {tmp_path / 'out' / 'pkg' / 'b.py'}: "
-                                 f"--out cannot write it: {tmp_path / 'out' / 'pkg'} is a file\n")
+    assert code == 2 and err == (
+        f"devicekit port: error: {tmp_path / 'out' / 'pkg' / 'b.py'}: "
+        f"--out cannot write it: {tmp_path / 'out' / 'pkg'} is a file\n"
+    )
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pkg"]
 
 
@@ -794,8 +1124,10 @@ def test_write_refuses_a_pipe(tmp_path, capsys):
     feeder.start()
     code, _, err = run_port(capsys, "--write", pipe)
     feeder.join(timeout=10)
-    assert code == 2 and err == (f"devicekit port: error: {pipe}: --write rewrites regular files "
-                                 "only (this is a pipe or a device): use --out DIR\n")
+    assert code == 2 and err == (
+        f"devicekit port: error: {pipe}: --write rewrites regular files "
+        "only (this is a pipe or a device): use --out DIR\n"
+    )
     assert pipe.is_fifo()
 
 
@@ -823,8 +1155,13 @@ def test_the_porting_code_does_not_import_torch():
         port_source(b"import torch\\nx = y.cuda()\\n")
         print("torch" in sys.modules)
     """)
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=60, env=clean_environ())
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_environ(),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 
@@ -834,18 +1171,24 @@ def test_the_porting_code_does_not_import_torch():
 # What `devicekit port` reports for each corpus script: manual items and kept constructs.
 CORPUS_REPORTS = {
     "ddp_trainer.py": ([], []),
-    "gpt_amp.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True",
-                        "torch.backends.cudnn.allow_tf32 = True"]),
-    "imagenet_style.py": (["torch.nn.DataParallel(model)"],
-                          ["cudnn.deterministic = True", "cudnn.benchmark = True"]),
+    "gpt_amp.py": (
+        [],
+        ["torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True"],
+    ),
+    "imagenet_style.py": (
+        ["torch.nn.DataParallel(model)"],
+        ["cudnn.deterministic = True", "cudnn.benchmark = True"],
+    ),
     "spawn_checkpoint.py": ([], []),
     # the CUDA-only originals of examples/
     "spawn_config.py": ([], []),
     "launch_local_rank.py": ([], []),
     "gpt_pretrain.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True"]),
     "finetune_sampler.py": ([], []),
-    "nanogpt_style.py": ([], ["torch.backends.cuda.matmul.allow_tf32 = True",
-                              "torch.backends.cudnn.allow_tf32 = True"]),
+    "nanogpt_style.py": (
+        [],
+        ["torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True"],
+    ),
     "rank_as_device.py": ([], []),
     # Ascend-only, in the style of ModelZoo's scripts
     "ascend_ddp.py": ([], []),
@@ -863,11 +1206,14 @@ def test_corpus_reports(tmp_path, capsys):
         assert [i["construct"] for i in seen[name]["info"]] == info, name
     for entry in report["files"]:
         code = ast.parse(port_source(Path(entry["path"]).read_bytes())[0])
-        left = {ast.unparse(node) for node in ast.walk(code)
-                if (isinstance(node, ast.Attribute) and ast.unparse(node) == "torch.cuda")
-                or (isinstance(node, ast.Name) and node.id == "torch_npu")
-                or (isinstance(node, ast.alias) and node.name.startswith("torch_npu"))
-                or (isinstance(node, ast.Constant) and node.value in ("nccl", "hccl", "cuda"))}
+        left = {
+            ast.unparse(node)
+            for node in ast.walk(code)
+            if (isinstance(node, ast.Attribute) and ast.unparse(node) == "torch.cuda")
+            or (isinstance(node, ast.Name) and node.id == "torch_npu")
+            or (isinstance(node, ast.alias) and node.name.startswith("torch_npu"))
+            or (isinstance(node, ast.Constant) and node.value in ("nccl", "hccl", "cuda"))
+        }
         assert left == set(), entry["path"]
 
 
@@ -895,8 +1241,16 @@ def cpu_env():
 
 
 def torchrun(script, *args):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "2", str(script), *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+        *map(str, args),
+    ]
 
 
 def python(script, *args):
@@ -907,8 +1261,7 @@ def run(tmp_path, name, argv, environ=None):
     """Run `argv` to the end (timeout, nothing left running) in `environ` (default: the
     CPU); its output. A failure or a traceback fails the test."""
     with Processes(tmp_path / name) as procs:
-        [result] = procs.finish_all([procs.start(name, argv, environ or cpu_env())],
-                                    RUN_TIMEOUT_S)
+        [result] = procs.finish_all([procs.start(name, argv, environ or cpu_env())], RUN_TIMEOUT_S)
     assert result.returncode == 0, describe([result])
     assert "Traceback" not in result.stderr, describe([result])
     return result
@@ -926,17 +1279,22 @@ def test_check_is_clean_on_the_ported_corpus(ported_corpus, tmp_path, capsys):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["summary"]["changes"] == 0, out
     assert [m["construct"] for f in report["files"] for m in f["manual"]] == [
-        "torch.nn.DataParallel(model)"] and code == 1
+        "torch.nn.DataParallel(model)"
+    ] and code == 1
 
 
 @pytest.mark.slow
 def test_ddp_trainer_runs_under_torchrun_and_resumes(ported_corpus, tmp_path):
     script, snapshot = ported_corpus / "ddp_trainer.py", tmp_path / "snapshot.pt"
-    first = run(tmp_path, "first", torchrun(script, "--epochs", 3, "--save-every", 3,
-                                            "--snapshot", snapshot))
+    first = run(
+        tmp_path,
+        "first",
+        torchrun(script, "--epochs", 3, "--save-every", 3, "--snapshot", snapshot),
+    )
     for rank in (0, 1):
-        values = losses(rf"\[rank {rank}\] epoch \d \| steps 8 \| loss (\d+\.\d{{5}})",
-                        first.stdout)
+        values = losses(
+            rf"\[rank {rank}\] epoch \d \| steps 8 \| loss (\d+\.\d{{5}})", first.stdout
+        )
         assert len(values) == 3 and values[-1] < values[0] / 5, first.stdout
     assert snapshot.exists()
     second = run(tmp_path, "second", torchrun(script, "--epochs", 5, "--snapshot", snapshot))
@@ -952,17 +1310,42 @@ def test_imagenet_style_runs(ported_corpus, tmp_path, launcher):
     if launcher == "torchrun":
         argv = torchrun(script, "--dist-url", "env://", *common)
     else:
-        argv = python(script, "--multiprocessing-distributed", "--world-size", 1, "--rank", 0,
-                      "--dist-url", f"tcp://127.0.0.1:{free_port()}", *common)
+        argv = python(
+            script,
+            "--multiprocessing-distributed",
+            "--world-size",
+            1,
+            "--rank",
+            0,
+            "--dist-url",
+            f"tcp://127.0.0.1:{free_port()}",
+            *common,
+        )
     result = run(tmp_path, "train", argv)
     accuracies = re.findall(r"validation top-1 (\d+\.\d+) % of 128 images", result.stdout)
     assert len(accuracies) == 4 and len(set(accuracies[-2:])) == 1, result.stdout
     assert checkpoint.exists() and (tmp_path / "model_best.pth.tar").exists()
     if launcher == "own":  # resume: the checkpoint is mapped to each rank's device
-        resumed = run(tmp_path, "resume", python(
-            script, "--multiprocessing-distributed", "--world-size", 1, "--rank", 0,
-            "--dist-url", f"tcp://127.0.0.1:{free_port()}", "--resume", checkpoint,
-            "--epochs", 3, "--checkpoint", tmp_path / "again.pth.tar"))
+        resumed = run(
+            tmp_path,
+            "resume",
+            python(
+                script,
+                "--multiprocessing-distributed",
+                "--world-size",
+                1,
+                "--rank",
+                0,
+                "--dist-url",
+                f"tcp://127.0.0.1:{free_port()}",
+                "--resume",
+                checkpoint,
+                "--epochs",
+                3,
+                "--checkpoint",
+                tmp_path / "again.pth.tar",
+            ),
+        )
         assert resumed.stdout.count(f"resumed {checkpoint} at epoch 2") == 2
 
 
@@ -985,8 +1368,9 @@ def test_spawn_checkpoint_runs(ported_corpus, tmp_path, launcher):
     argv = torchrun(script, path) if launcher == "torchrun" else python(script, path)
     result = run(tmp_path, "spawn", argv)
     for rank in (0, 1):
-        [(first, last)] = re.findall(rf"rank {rank}: loss (\d+\.\d{{4}}) -> (\d+\.\d{{4}})",
-                                     result.stdout)
+        [(first, last)] = re.findall(
+            rf"rank {rank}: loss (\d+\.\d{{4}}) -> (\d+\.\d{{4}})", result.stdout
+        )
         assert float(last) < float(first), result.stdout
     assert not path.exists(), "rank 0 removed the checkpoint after both reloaded it"
 
@@ -1013,7 +1397,8 @@ def test_spawn_config_runs(ported_corpus, tmp_path, launcher):
         with Processes(tmp_path / "own") as procs:
             env = dict(cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
             [result] = procs.finish_all(
-                [procs.start("own", python(script, "--out", out), env)], RUN_TIMEOUT_S)
+                [procs.start("own", python(script, "--out", out), env)], RUN_TIMEOUT_S
+            )
         assert result.returncode == 0 and "Traceback" not in result.stderr, describe([result])
     assert_same_weights(result)
     assert out.exists()
@@ -1026,9 +1411,20 @@ def test_launch_local_rank_runs(ported_corpus, tmp_path, launcher):
     if launcher == "torchrun":
         argv = torchrun(script, "--out", out)
     else:  # its own launcher appends --local-rank=N (the script parsed only --local_rank)
-        argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node", "2",
-                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
-                "--out", str(out)]
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.launch",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            str(script),
+            "--out",
+            str(out),
+        ]
     result = run(tmp_path, launcher, argv)
     assert_same_weights(result)
     [first, last] = losses(r"step (?:0|20) loss (\d+\.\d+)", result.stdout)
@@ -1038,13 +1434,17 @@ def test_launch_local_rank_runs(ported_corpus, tmp_path, launcher):
 @pytest.mark.slow
 def test_gpt_pretrain_runs_and_resumes(ported_corpus, tmp_path):
     script, out = ported_corpus / "gpt_pretrain.py", tmp_path / "gpt.pt"
-    first = run(tmp_path, "first", torchrun(script, "--iters", 20, "--save-every", 10,
-                                            "--out", out))
+    first = run(
+        tmp_path, "first", torchrun(script, "--iters", 20, "--save-every", 10, "--out", out)
+    )
     assert_same_weights(first)
     values = losses(r"iter (?:0|10) loss (\d+\.\d+)", first.stdout)
     assert len(values) == 2 and values[1] < values[0], first.stdout
-    resumed = run(tmp_path, "resumed", torchrun(script, "--iters", 30, "--save-every", 10,
-                                                "--out", out, "--resume"))
+    resumed = run(
+        tmp_path,
+        "resumed",
+        torchrun(script, "--iters", 30, "--save-every", 10, "--out", out, "--resume"),
+    )
     assert "iter 20 loss" in resumed.stdout and "iter 0 loss" not in resumed.stdout
     assert_same_weights(resumed)
 
@@ -1062,8 +1462,11 @@ def test_finetune_sampler_runs(ported_corpus, tmp_path):
     pretrained = tmp_path / "backbone.pt"
     torch.save(backbone().state_dict(), pretrained)
     script = ported_corpus / "finetune_sampler.py"
-    result = run(tmp_path, "finetune", torchrun(script, "--pretrained", pretrained,
-                                                "--out", tmp_path / "finetuned.pt"))
+    result = run(
+        tmp_path,
+        "finetune",
+        torchrun(script, "--pretrained", pretrained, "--out", tmp_path / "finetuned.pt"),
+    )
     assert_same_weights(result)
     accuracies = losses(r"val acc (\d+\.\d)%", result.stdout)
     assert len(accuracies) == 3 and accuracies[-1] > 50, result.stdout
@@ -1072,8 +1475,12 @@ def test_finetune_sampler_runs(ported_corpus, tmp_path):
 def test_the_projects_own_application_code_has_nothing_cuda_only(capsys):
     """main.py, trainer/, models/ and examples/ ask devicekit for every device decision:
     `port --check` finds nothing to port in them."""
-    code = main(["--check", *(str(Path(ROOT) / name)
-                              for name in ("main.py", "trainer", "models", "examples"))])
+    code = main(
+        [
+            "--check",
+            *(str(Path(ROOT) / name) for name in ("main.py", "trainer", "models", "examples")),
+        ]
+    )
     assert code == 0, capsys.readouterr()
 
 
@@ -1086,7 +1493,9 @@ def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
     processes = 2 if launcher == "torchrun" else 1
     [(final, first)] = re.findall(
         rf"trained on cpu in float16 on {processes} process\(es\): val loss (\d+\.\d+) "
-        r"\(first (\d+\.\d+)\)", result.stdout)
+        r"\(first (\d+\.\d+)\)",
+        result.stdout,
+    )
     assert float(final) < float(first) - 0.1, result.stdout
     assert (out / "ckpt.pt").exists()
 
@@ -1098,8 +1507,12 @@ def test_rank_as_device_runs(ported_corpus, tmp_path, launcher):
     if launcher == "torchrun":
         result = run(tmp_path, "ddp", torchrun(script))
     else:  # its MASTER_PORT 12345 yields to a free one given in the environment
-        result = run(tmp_path, "ddp", python(script), dict(
-            cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())))
+        result = run(
+            tmp_path,
+            "ddp",
+            python(script),
+            dict(cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())),
+        )
     accuracies = re.findall(r"\[GPU(\d)\] Training accuracy (\d\.\d+)", result.stdout)
     assert sorted(rank for rank, _ in accuracies) == ["0", "1"], result.stdout
     assert all(float(value) > 0.9 for _, value in accuracies), result.stdout
@@ -1114,14 +1527,26 @@ def test_ascend_ddp_runs_without_torch_npu(ported_corpus, tmp_path, launcher):
     if launcher == "torchrun":
         argv = torchrun(script, "--dist-url", "env://", *common)
     elif launcher == "own":  # its mp.spawn, now devicekit.launch: one rank per device
-        argv = python(script, "--multiprocessing-distributed", "--world-size", 1, "--rank", 0,
-                      "--dist-url", f"tcp://127.0.0.1:{free_port()}", *common)
+        argv = python(
+            script,
+            "--multiprocessing-distributed",
+            "--world-size",
+            1,
+            "--rank",
+            0,
+            "--dist-url",
+            f"tcp://127.0.0.1:{free_port()}",
+            *common,
+        )
     else:
         argv = python(script, *common)
     result = run(tmp_path, launcher, argv)
     ranks = 1 if launcher == "alone" else 2
-    finals = re.findall(r"\[rank (\d)\] epoch 1 loss \d\.\d+ accuracy (\d+\.\d) % in [\d.]+ s "
-                        r"on cpu", result.stdout)
+    finals = re.findall(
+        r"\[rank (\d)\] epoch 1 loss \d\.\d+ accuracy (\d+\.\d) % in [\d.]+ s "
+        r"on cpu",
+        result.stdout,
+    )
     assert len(finals) == ranks and all(float(a) > 90 for _, a in finals), result.stdout
     assert saved.exists()
 
@@ -1136,35 +1561,64 @@ PROBE = Path(__file__).resolve().parent / "npu_standin" / "branch_probe.py"
 
 
 @pytest.mark.slow
-def test_nanogpt_style_takes_the_accelerators_branch_on_the_npu_stand_in(ported_corpus,
-                                                                         tmp_path):
+def test_nanogpt_style_takes_the_accelerators_branch_on_the_npu_stand_in(ported_corpus, tmp_path):
     """On an NPU the ported trainer autocasts on npu (in bfloat16: the NPU has it) and
     synchronizes before each timing; the original, on the same machine, cannot run."""
     script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "2", str(PROBE), str(script), "--max_iters=10", f"--out_dir={out}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(PROBE),
+        str(script),
+        "--max_iters=10",
+        f"--out_dir={out}",
+    ]
     result = run(tmp_path, "npu", argv, standin_env())
     assert "trained on npu in bfloat16 on 2 process(es)" in result.stdout, result.stdout
     assert "using fused AdamW: True" in result.stdout
     for rank in (0, 1):
-        assert f"PROBE rank={rank} autocast=['npu:torch.bfloat16'] synchronize=10" \
-            in result.stdout, result.stdout
+        assert (
+            f"PROBE rank={rank} autocast=['npu:torch.bfloat16'] synchronize=10" in result.stdout
+        ), result.stdout
     with Processes(tmp_path / "original") as procs:
-        [original] = procs.finish_all([procs.start("original", python(
-            CORPUS / "nanogpt_style.py", "--max_iters=2", f"--out_dir={out}"),
-            standin_env())], RUN_TIMEOUT_S)
-    assert original.returncode != 0 and "Torch not compiled with CUDA enabled" in \
-        original.stderr
+        [original] = procs.finish_all(
+            [
+                procs.start(
+                    "original",
+                    python(CORPUS / "nanogpt_style.py", "--max_iters=2", f"--out_dir={out}"),
+                    standin_env(),
+                )
+            ],
+            RUN_TIMEOUT_S,
+        )
+    assert original.returncode != 0 and "Torch not compiled with CUDA enabled" in original.stderr
 
 
 @pytest.mark.slow
 def test_ascend_ddp_runs_on_the_npu_stand_in_under_torchrun(ported_corpus, tmp_path):
     script = ported_corpus / "ascend_ddp.py"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "2", str(PROBE), str(script), "--dist-url", "env://", "--epochs", 2, "--amp"]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(PROBE),
+        str(script),
+        "--dist-url",
+        "env://",
+        "--epochs",
+        2,
+        "--amp",
+    ]
     result = run(tmp_path, "npu", [str(a) for a in argv], standin_env())
     for rank in (0, 1):
         assert re.search(rf"\[rank {rank}\] epoch 1 .* on npu:{rank}", result.stdout)
-        assert f"PROBE rank={rank} autocast=['npu:torch.float16'] synchronize=2" \
-            in result.stdout, result.stdout
-
+        assert f"PROBE rank={rank} autocast=['npu:torch.float16'] synchronize=2" in result.stdout, (
+            result.stdout
+        )

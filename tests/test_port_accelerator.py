@@ -18,34 +18,63 @@ def port(snippet: str):
     out, report = port_source((HEADER + textwrap.dedent(snippet)).encode())
     text = out.decode()
     assert text.startswith(HEADER), text
-    return text[len(HEADER):].replace("import devicekit\n", "", 1), report
+    return text[len(HEADER) :].replace("import devicekit\n", "", 1), report
 
 
 # (what, CUDA-only line, ported line)
 BRANCHES = [
-    ("'cuda' in device", "device_type = 'cuda' if 'cuda' in device else 'cpu'",
-     "device_type = devicekit.device_type() if devicekit.is_accelerator(device) else 'cpu'"),
-    ("startswith('cuda')", 'device_type = "cuda" if device.startswith("cuda") else "cpu"',
-     'device_type = devicekit.device_type() if devicekit.is_accelerator(device) else "cpu"'),
-    ("device_type == 'cuda'", "use_fused = fused_available and device_type == 'cuda'",
-     "use_fused = fused_available and device_type == devicekit.accelerator_type()"),
-    ("'cuda' == device_type", "on_gpu = 'cuda' == device_type",
-     "on_gpu = devicekit.accelerator_type() == device_type"),
-    ("device.type == 'cuda'", "use_cuda = device.type == 'cuda'",
-     "use_cuda = device.type == devicekit.accelerator_type()"),
-    ("device_type != 'cuda'", "on_host = device_type != 'cuda'",
-     "on_host = device_type != devicekit.accelerator_type()"),
-    ("'cuda' not in device", "on_host = ('cuda' not in device)",
-     "on_host = (not devicekit.is_accelerator(device))"),
-    ("device_type == 'npu'", "on_npu = device_type == 'npu'",
-     "on_npu = device_type == devicekit.accelerator_type()"),
-    ("guarded synchronize", "if device_type == 'cuda':\n    torch.cuda.synchronize()",
-     "if device_type == devicekit.accelerator_type():\n    devicekit.synchronize()"),
-    ("bf16 question",
-     "dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() "
-     "else 'float16'",
-     "dtype = 'bfloat16' if devicekit.is_available() and devicekit.is_bf16_supported() "
-     "else 'float16'"),
+    (
+        "'cuda' in device",
+        "device_type = 'cuda' if 'cuda' in device else 'cpu'",
+        "device_type = devicekit.device_type() if devicekit.is_accelerator(device) else 'cpu'",
+    ),
+    (
+        "startswith('cuda')",
+        'device_type = "cuda" if device.startswith("cuda") else "cpu"',
+        'device_type = devicekit.device_type() if devicekit.is_accelerator(device) else "cpu"',
+    ),
+    (
+        "device_type == 'cuda'",
+        "use_fused = fused_available and device_type == 'cuda'",
+        "use_fused = fused_available and device_type == devicekit.accelerator_type()",
+    ),
+    (
+        "'cuda' == device_type",
+        "on_gpu = 'cuda' == device_type",
+        "on_gpu = devicekit.accelerator_type() == device_type",
+    ),
+    (
+        "device.type == 'cuda'",
+        "use_cuda = device.type == 'cuda'",
+        "use_cuda = device.type == devicekit.accelerator_type()",
+    ),
+    (
+        "device_type != 'cuda'",
+        "on_host = device_type != 'cuda'",
+        "on_host = device_type != devicekit.accelerator_type()",
+    ),
+    (
+        "'cuda' not in device",
+        "on_host = ('cuda' not in device)",
+        "on_host = (not devicekit.is_accelerator(device))",
+    ),
+    (
+        "device_type == 'npu'",
+        "on_npu = device_type == 'npu'",
+        "on_npu = device_type == devicekit.accelerator_type()",
+    ),
+    (
+        "guarded synchronize",
+        "if device_type == 'cuda':\n    torch.cuda.synchronize()",
+        "if device_type == devicekit.accelerator_type():\n    devicekit.synchronize()",
+    ),
+    (
+        "bf16 question",
+        "dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() "
+        "else 'float16'",
+        "dtype = 'bfloat16' if devicekit.is_available() and devicekit.is_bf16_supported() "
+        "else 'float16'",
+    ),
 ]
 
 
@@ -58,11 +87,14 @@ def test_the_accelerator_question_follows_devicekit(what, before, after):
     assert second.changes == [] and second.manual == []
 
 
-@pytest.mark.parametrize("snippet, construct", [
-    ("same = device == 'cuda:0'", "device == 'cuda:0'"),
-    ("nccl = args.dist_backend == 'nccl'", "args.dist_backend == 'nccl'"),
-    ("chained = a == 'cuda' == b", "a == 'cuda' == b"),
-])
+@pytest.mark.parametrize(
+    "snippet, construct",
+    [
+        ("same = device == 'cuda:0'", "device == 'cuda:0'"),
+        ("nccl = args.dist_backend == 'nccl'", "args.dist_backend == 'nccl'"),
+        ("chained = a == 'cuda' == b", "a == 'cuda' == b"),
+    ],
+)
 def test_a_comparison_whose_question_is_unclear_is_manual_not_kept(snippet, construct):
     text, report = port(snippet + "\n")
     assert text == snippet + "\n" and report.info == []
@@ -70,13 +102,16 @@ def test_a_comparison_whose_question_is_unclear_is_manual_not_kept(snippet, cons
     assert item.construct == construct and "devicekit.is_accelerator(device)" in item.fix
 
 
-@pytest.mark.parametrize("snippet", [
-    "if device.type == 'cuda':\n    start = torch.cuda.Event(enable_timing=True)\n",
-    "if torch.cuda.is_available():\n    major, _ = torch.cuda.get_device_capability()\n",
-    "name = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'\n",
-    "if torch.cuda.is_available():\n    print(torch.cuda.get_device_name(0))\n"
-    "else:\n    sys.exit('no GPU')\n",
-])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "if device.type == 'cuda':\n    start = torch.cuda.Event(enable_timing=True)\n",
+        "if torch.cuda.is_available():\n    major, _ = torch.cuda.get_device_capability()\n",
+        "name = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'\n",
+        "if torch.cuda.is_available():\n    print(torch.cuda.get_device_name(0))\n"
+        "else:\n    sys.exit('no GPU')\n",
+    ],
+)
 def test_a_test_guarding_cuda_only_code_is_not_widened_to_every_accelerator(snippet):
     """On an NPU the guarded CUDA call must stay skipped, as it was."""
     text, report = port(snippet)
@@ -85,16 +120,19 @@ def test_a_test_guarding_cuda_only_code_is_not_widened_to_every_accelerator(snip
 
 
 def test_equality_tells_devices_apart_in_a_script_that_names_both():
-    snippet = ("if args.device == 'npu':\n    n = 8\nelif args.device == 'cuda':\n"
-               "    n = torch.cuda.device_count()\n")
+    snippet = (
+        "if args.device == 'npu':\n    n = 8\nelif args.device == 'cuda':\n"
+        "    n = torch.cuda.device_count()\n"
+    )
     text, _ = port(snippet)
     assert text == snippet.replace("torch.cuda.device_count()", "devicekit.device_count()")
 
 
 def test_guards_that_are_only_branches_stay():
-    for snippet in ("def f():\n    if not torch.cuda.is_available():\n        return\n"
-                    "    return 1\n",
-                    "if not torch.cuda.is_available():\n    print('this will be slow')\n"):
+    for snippet in (
+        "def f():\n    if not torch.cuda.is_available():\n        return\n    return 1\n",
+        "if not torch.cuda.is_available():\n    print('this will be slow')\n",
+    ):
         text, report = port(snippet)
         assert "devicekit.is_available()" in text
         assert "accelerator-guard" not in {c.rule for c in report.changes}
@@ -109,18 +147,27 @@ def test_a_comparison_with_devicekits_answer_is_left_alone():
 GUARDS = [
     ("assert", 'assert torch.cuda.is_available(), "we need CUDA for DDP"\nx = 1', "x = 1"),
     ("assert device_count", "assert torch.cuda.device_count() > 0\nx = 1", "x = 1"),
-    ("if not available: exit",
-     'if not torch.cuda.is_available():\n    print("needs a GPU")\n    sys.exit(1)\nx = 1',
-     "x = 1"),
-    ("one-line raise", "def f():\n    if not torch.cuda.is_available(): raise SystemExit('GPU')\n"
-     "    return 1", "def f():\n    return 1"),
-    ("available or exit",
-     "if torch.cuda.is_available():\n    x = 1  # one GPU\nelse:\n    sys.exit('no GPU')",
-     "x = 1  # one GPU"),
-    ("elif available or exit",
-     "if 'RANK' in os.environ:\n    x = 0\nelif torch.cuda.is_available():\n    x = 1\n"
-     "else:\n    print('Does not support training without GPU.')\n    sys.exit(1)",
-     "if 'RANK' in os.environ:\n    x = 0\nelse:\n    x = 1"),
+    (
+        "if not available: exit",
+        'if not torch.cuda.is_available():\n    print("needs a GPU")\n    sys.exit(1)\nx = 1',
+        "x = 1",
+    ),
+    (
+        "one-line raise",
+        "def f():\n    if not torch.cuda.is_available(): raise SystemExit('GPU')\n    return 1",
+        "def f():\n    return 1",
+    ),
+    (
+        "available or exit",
+        "if torch.cuda.is_available():\n    x = 1  # one GPU\nelse:\n    sys.exit('no GPU')",
+        "x = 1  # one GPU",
+    ),
+    (
+        "elif available or exit",
+        "if 'RANK' in os.environ:\n    x = 0\nelif torch.cuda.is_available():\n    x = 1\n"
+        "else:\n    print('Does not support training without GPU.')\n    sys.exit(1)",
+        "if 'RANK' in os.environ:\n    x = 0\nelse:\n    x = 1",
+    ),
 ]
 
 
@@ -145,11 +192,14 @@ def test_a_half_portable_capability_question_is_left_whole_and_manual():
 
 
 def test_pin_memory_under_an_accelerator_branch_is_left_as_it_is():
-    text, _ = port("if device_type == 'cuda':\n    x = x.pin_memory().to(device)\n"
-                   "y = y.pin_memory()\n")
-    assert text == ("if device_type == devicekit.accelerator_type():\n"
-                    "    x = x.pin_memory().to(device)\n"
-                    "y = (y.pin_memory() if devicekit.pin_memory() else y)\n")
+    text, _ = port(
+        "if device_type == 'cuda':\n    x = x.pin_memory().to(device)\ny = y.pin_memory()\n"
+    )
+    assert text == (
+        "if device_type == devicekit.accelerator_type():\n"
+        "    x = x.pin_memory().to(device)\n"
+        "y = (y.pin_memory() if devicekit.pin_memory() else y)\n"
+    )
 
 
 def test_a_rank_passed_through_calls_becomes_a_device_where_it_is_used():
@@ -181,15 +231,26 @@ def test_a_parameter_also_given_a_device_is_not_taken_for_a_rank():
     assert "return batch.to(device)" in text
 
 
-@pytest.mark.parametrize("before, after", [
-    ("x = t.to(int(os.environ['LOCAL_RANK']))",
-     "x = t.to(devicekit.device(int(os.environ['LOCAL_RANK'])))"),
-    ("device = local_rank\ny = t.to(device)", "device = local_rank\ny = t.to(devicekit.device(device))"),
-    ("s = torch.GradScaler()", "s = devicekit.GradScaler(enabled=True)"),
-    ("dl = DataLoader(ds, pin_memory=True, pin_memory_device='cuda')",
-     "dl = DataLoader(ds, pin_memory=devicekit.pin_memory(), "
-     "pin_memory_device=devicekit.device_type())"),
-], ids=["inline LOCAL_RANK", "alias of a rank", "torch.GradScaler()", "pin_memory_device"])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (
+            "x = t.to(int(os.environ['LOCAL_RANK']))",
+            "x = t.to(devicekit.device(int(os.environ['LOCAL_RANK'])))",
+        ),
+        (
+            "device = local_rank\ny = t.to(device)",
+            "device = local_rank\ny = t.to(devicekit.device(device))",
+        ),
+        ("s = torch.GradScaler()", "s = devicekit.GradScaler(enabled=True)"),
+        (
+            "dl = DataLoader(ds, pin_memory=True, pin_memory_device='cuda')",
+            "dl = DataLoader(ds, pin_memory=devicekit.pin_memory(), "
+            "pin_memory_device=devicekit.device_type())",
+        ),
+    ],
+    ids=["inline LOCAL_RANK", "alias of a rank", "torch.GradScaler()", "pin_memory_device"],
+)
 def test_more_idioms_of_real_code(before, after):
     text, _ = port(before + "\n")
     assert text == after + "\n"

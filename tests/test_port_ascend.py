@@ -19,16 +19,18 @@ def port(source: str):
 def body(source: str) -> str:
     """The ported `source` (after `import torch`) without its import lines."""
     text, _ = port(HEADER + source)
-    lines = [line for line in text.splitlines() if line not in ("import torch",
-                                                                 "import devicekit")]
+    lines = [line for line in text.splitlines() if line not in ("import torch", "import devicekit")]
     return "\n".join(lines)
 
 
 # (what, Ascend-only line, ported line)
 REWRITES = [
     ("npu()", "y = x.npu()", "y = x.to(devicekit.device())"),
-    ("npu(non_blocking)", "y = x.npu(non_blocking=True)",
-     "y = x.to(devicekit.device(), non_blocking=True)"),
+    (
+        "npu(non_blocking)",
+        "y = x.npu(non_blocking=True)",
+        "y = x.to(devicekit.device(), non_blocking=True)",
+    ),
     ("npu(i)", "y = x.npu(args.npu)", "y = x.to(devicekit.device(args.npu))"),
     ("to('npu')", "y = x.to('npu')", "y = x.to(devicekit.device())"),
     ("to(f'npu:{i}')", "y = x.to(f'npu:{local_rank}')", "y = x.to(devicekit.device(local_rank))"),
@@ -36,40 +38,82 @@ REWRITES = [
     ("torch.device('npu', i)", "d = torch.device('npu', rank)", "d = devicekit.device(rank)"),
     ("'npu' string", "device = 'npu'", "device = devicekit.device_type()"),
     ("set_device", "torch.npu.set_device(loc)", "devicekit.set_device(loc)"),
-    ("set_device(f'npu:{i}')", "torch.npu.set_device(f'npu:{rank}')",
-     "devicekit.set_device(rank)"),
+    ("set_device(f'npu:{i}')", "torch.npu.set_device(f'npu:{rank}')", "devicekit.set_device(rank)"),
     ("device_count", "n = torch.npu.device_count()", "n = devicekit.device_count()"),
     ("synchronize", "torch.npu.synchronize()", "devicekit.synchronize()"),
     ("is_available", "ok = torch.npu.is_available()", "ok = devicekit.is_available()"),
-    ("max_memory_allocated", "m = torch.npu.max_memory_allocated() / 2**20",
-     "m = devicekit.max_memory_allocated() / 2**20"),
-    ("is_bf16_supported", "ok = torch.npu.is_bf16_supported()",
-     "ok = devicekit.is_bf16_supported()"),
-    ("backend='hccl'", "dist.init_process_group(backend='hccl', rank=r, world_size=n)",
-     "dist.init_process_group(backend=devicekit.backend(), rank=r, world_size=n)"),
-    ("default='hccl'", "p.add_argument('--dist-backend', default='hccl')",
-     "p.add_argument('--dist-backend', default=devicekit.backend())"),
-    ("amp.autocast()", "with torch.npu.amp.autocast(): pass",
-     "with devicekit.autocast(enabled=True): pass"),
-    ("amp.autocast(enabled)", "with torch.npu.amp.autocast(enabled=args.amp): pass",
-     "with devicekit.autocast(enabled=args.amp): pass"),
-    ("autocast('npu')", "with torch.autocast('npu', dtype=torch.float16): pass",
-     "with devicekit.autocast(enabled=True, dtype=torch.float16): pass"),
-    ("amp.GradScaler()", "s = torch.npu.amp.GradScaler()", "s = devicekit.GradScaler(enabled=True)"),
-    ("amp.GradScaler(positional)", "s = torch.npu.amp.GradScaler(1024.0, 2.0, 0.5, 100, True, amp)",
-     "s = devicekit.GradScaler(enabled=amp, init_scale=1024.0, growth_factor=2.0, "
-     "backoff_factor=0.5, growth_interval=100)"),
-    ("map_location='npu:0'", "c = torch.load(p, map_location='npu:0')",
-     "c = torch.load(p, map_location=devicekit.device(0))"),
-    ("compile mode", "torch.npu.set_compile_mode(jit_compile=False)",
-     'if devicekit.device_type() == "npu":\n    torch.npu.set_compile_mode(jit_compile=False)'),
-    ("set_option", "torch.npu.set_option({'ACL_PRECISION_MODE': 'must_keep_origin_dtype'})",
-     'if devicekit.device_type() == "npu":\n'
-     "    torch.npu.set_option({'ACL_PRECISION_MODE': 'must_keep_origin_dtype'})"),
-    ("allow_internal_format", "torch.npu.config.allow_internal_format = False",
-     'if devicekit.device_type() == "npu":\n    torch.npu.config.allow_internal_format = False'),
-    ("allow_hf32", "torch.npu.matmul.allow_hf32 = True",
-     'if devicekit.device_type() == "npu":\n    torch.npu.matmul.allow_hf32 = True'),
+    (
+        "max_memory_allocated",
+        "m = torch.npu.max_memory_allocated() / 2**20",
+        "m = devicekit.max_memory_allocated() / 2**20",
+    ),
+    (
+        "is_bf16_supported",
+        "ok = torch.npu.is_bf16_supported()",
+        "ok = devicekit.is_bf16_supported()",
+    ),
+    (
+        "backend='hccl'",
+        "dist.init_process_group(backend='hccl', rank=r, world_size=n)",
+        "dist.init_process_group(backend=devicekit.backend(), rank=r, world_size=n)",
+    ),
+    (
+        "default='hccl'",
+        "p.add_argument('--dist-backend', default='hccl')",
+        "p.add_argument('--dist-backend', default=devicekit.backend())",
+    ),
+    (
+        "amp.autocast()",
+        "with torch.npu.amp.autocast(): pass",
+        "with devicekit.autocast(enabled=True): pass",
+    ),
+    (
+        "amp.autocast(enabled)",
+        "with torch.npu.amp.autocast(enabled=args.amp): pass",
+        "with devicekit.autocast(enabled=args.amp): pass",
+    ),
+    (
+        "autocast('npu')",
+        "with torch.autocast('npu', dtype=torch.float16): pass",
+        "with devicekit.autocast(enabled=True, dtype=torch.float16): pass",
+    ),
+    (
+        "amp.GradScaler()",
+        "s = torch.npu.amp.GradScaler()",
+        "s = devicekit.GradScaler(enabled=True)",
+    ),
+    (
+        "amp.GradScaler(positional)",
+        "s = torch.npu.amp.GradScaler(1024.0, 2.0, 0.5, 100, True, amp)",
+        "s = devicekit.GradScaler(enabled=amp, init_scale=1024.0, growth_factor=2.0, "
+        "backoff_factor=0.5, growth_interval=100)",
+    ),
+    (
+        "map_location='npu:0'",
+        "c = torch.load(p, map_location='npu:0')",
+        "c = torch.load(p, map_location=devicekit.device(0))",
+    ),
+    (
+        "compile mode",
+        "torch.npu.set_compile_mode(jit_compile=False)",
+        'if devicekit.device_type() == "npu":\n    torch.npu.set_compile_mode(jit_compile=False)',
+    ),
+    (
+        "set_option",
+        "torch.npu.set_option({'ACL_PRECISION_MODE': 'must_keep_origin_dtype'})",
+        'if devicekit.device_type() == "npu":\n'
+        "    torch.npu.set_option({'ACL_PRECISION_MODE': 'must_keep_origin_dtype'})",
+    ),
+    (
+        "allow_internal_format",
+        "torch.npu.config.allow_internal_format = False",
+        'if devicekit.device_type() == "npu":\n    torch.npu.config.allow_internal_format = False',
+    ),
+    (
+        "allow_hf32",
+        "torch.npu.matmul.allow_hf32 = True",
+        'if devicekit.device_type() == "npu":\n    torch.npu.matmul.allow_hf32 = True',
+    ),
 ]
 
 
@@ -98,7 +142,9 @@ def test_torch_npu_imports_go_when_nothing_reads_them():
         """)
     dropped = [c for c in report.changes if c.rule == "torch-npu-import"]
     assert [(c.line, c.before) for c in dropped] == [
-        (2, "import torch_npu"), (3, "from torch_npu.contrib import transfer_to_npu")]
+        (2, "import torch_npu"),
+        (3, "from torch_npu.contrib import transfer_to_npu"),
+    ]
 
 
 def test_a_torch_npu_import_still_read_stays_and_its_use_is_manual():
@@ -146,14 +192,19 @@ def test_transfer_to_npu_stays_while_cuda_code_it_maps_remains():
         """)
     assert "from torch_npu.contrib import transfer_to_npu" in text
     assert [m.construct for m in report.manual] == [
-        "from torch_npu.contrib import transfer_to_npu", "torch.cuda.Event(enable_timing=True)"]
+        "from torch_npu.contrib import transfer_to_npu",
+        "torch.cuda.Event(enable_timing=True)",
+    ]
 
 
-@pytest.mark.parametrize("snippet, fix", [
-    ("from torch_npu.optim import NpuFusedAdamW\nopt = NpuFusedAdamW(params)", "torch.optim"),
-    ("import torch_npu\np = torch_npu.profiler.profile()", "torch.profiler"),
-    ("torch.npu.set_per_process_memory_fraction(0.5)", "device_type() == \"npu\""),
-])
+@pytest.mark.parametrize(
+    "snippet, fix",
+    [
+        ("from torch_npu.optim import NpuFusedAdamW\nopt = NpuFusedAdamW(params)", "torch.optim"),
+        ("import torch_npu\np = torch_npu.profiler.profile()", "torch.profiler"),
+        ("torch.npu.set_per_process_memory_fraction(0.5)", 'device_type() == "npu"'),
+    ],
+)
 def test_npu_only_names_without_a_portable_twin_are_manual(snippet, fix):
     text, report = port(HEADER + snippet + "\n")
     assert report.manual and fix in report.manual[-1].fix, report.manual

@@ -25,9 +25,14 @@ KINDS = ("cpu-fallback", "float64", "dynamic-shape", "data-dependent-shape", "ho
 
 def preflight(*args, cwd=SCRIPTS, **env):
     """Run `python -m devicekit preflight ARGS` in `cwd`; the CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
-                          cwd=cwd, env=clean_environ(OMP_NUM_THREADS=1, **env),
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
+        cwd=cwd,
+        env=clean_environ(OMP_NUM_THREADS=1, **env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def marked(script, kind):
@@ -75,18 +80,17 @@ def test_each_hazard_is_found_at_its_own_line(hazards, kind):
 def test_the_findings_name_the_operator_and_what_was_seen(hazards):
     report, _ = hazards
     assert report["torch_npu"] == "2.13.0" and report["steps"] == 3
-    fallback, = by_kind(report, "cpu-fallback")
+    (fallback,) = by_kind(report, "cpu-fallback")
     assert fallback["op"] == "aten::_transformer_encoder_layer_fwd"
     assert fallback["count"] == 6  # 2 layers x 3 steps
     shapes = by_kind(report, "dynamic-shape")
     assert shapes[0]["line"] == marked("hazards.py", "cpu-fallback"), "where the change starts"
     pooled = next(f for f in shapes if f["line"] == marked("hazards.py", "dynamic-shape"))
     assert "[2, 5, 16]" in pooled["detail"] and "[4, 5, 16]" in pooled["detail"], pooled
-    reads, = by_kind(report, "host-sync")
+    (reads,) = by_kind(report, "host-sync")
     assert reads["count"] == 3 and "1.0 per step" in reads["detail"], reads
     assert set(report) == {"torch_npu", "steps", "findings"}
-    assert set(report["findings"][0]) == {"kind", "op", "file", "line", "stack", "count",
-                                          "detail"}
+    assert set(report["findings"][0]) == {"kind", "op", "file", "line", "stack", "count", "detail"}
 
 
 def test_the_scripts_own_output_passes_through_first(hazards):
@@ -96,11 +100,21 @@ def test_the_scripts_own_output_passes_through_first(hazards):
     assert lines[0] == "hazards start ['--flag', 'value']", lines[:2]
     assert [line for line in lines if line.startswith("loss ")] == lines[1:4]
     assert lines[4].startswith("devicekit preflight: "), lines[4]
-    assert lines[4].endswith(" finding(s) in 5 kind(s), checked against torch_npu 2.13.0; 3 "
-                             "optimizer step(s) recorded (finished)"), lines[4]
-    text = result.stdout[result.stdout.index("devicekit preflight:"):]
-    order = [text.index(f"\n{kind} (") for kind in
-             ("cpu-fallback", "dynamic-shape", "host-sync", "data-dependent-shape", "float64")]
+    assert lines[4].endswith(
+        " finding(s) in 5 kind(s), checked against torch_npu 2.13.0; 3 "
+        "optimizer step(s) recorded (finished)"
+    ), lines[4]
+    text = result.stdout[result.stdout.index("devicekit preflight:") :]
+    order = [
+        text.index(f"\n{kind} (")
+        for kind in (
+            "cpu-fallback",
+            "dynamic-shape",
+            "host-sync",
+            "data-dependent-shape",
+            "float64",
+        )
+    ]
     assert order == sorted(order), "kinds are reported most costly first"
     assert text.count("  what to do: ") == 5
 
@@ -128,7 +142,7 @@ def test_steps_stops_the_script_after_that_many_optimizer_steps(tmp_path):
 def test_autocast_for_another_device_and_cuda_only_calls(tmp_path):
     report, result = report_of(tmp_path, "wrong_autocast.py")
     assert result.returncode == 0, result.stderr
-    autocast, = by_kind(report, "autocast-device")
+    (autocast,) = by_kind(report, "autocast-device")
     assert autocast["line"] == marked("wrong_autocast.py", "autocast-device")
     assert 'autocast("cuda") around cpu tensors' in autocast["detail"], autocast
     cuda = by_kind(report, "cuda-only")
@@ -140,8 +154,10 @@ def test_a_script_that_raises_is_named_and_the_findings_so_far_are_kept(tmp_path
     assert result.returncode == 1
     assert "ValueError: the data ran out" in result.stderr  # the script's own traceback
     last = result.stderr.strip().splitlines()[-1]
-    assert last == (f"devicekit preflight: raises.py raised ValueError at raises.py:"
-                    f"{marked('raises.py', 'raise')}; the report covers what ran before"), last
+    assert last == (
+        f"devicekit preflight: raises.py raised ValueError at raises.py:"
+        f"{marked('raises.py', 'raise')}; the report covers what ran before"
+    ), last
     assert report["steps"] == 2
     assert marked("raises.py", "float64") in {f["line"] for f in by_kind(report, "float64")}
 
@@ -150,9 +166,11 @@ def test_a_script_that_never_steps_gets_a_note(tmp_path):
     report, result = report_of(tmp_path, "no_step.py")
     assert result.returncode == 0, result.stderr
     assert report["steps"] == 0
-    assert result.stderr.strip() == ("devicekit preflight: note: no_step.py made no optimizer "
-                                     "step, so nothing is known per step; the findings cover "
-                                     "what it ran")
+    assert result.stderr.strip() == (
+        "devicekit preflight: note: no_step.py made no optimizer "
+        "step, so nothing is known per step; the findings cover "
+        "what it ran"
+    )
 
 
 def test_a_script_that_starts_its_own_ranks_runs_as_a_world_of_one(tmp_path):
@@ -179,17 +197,27 @@ def test_another_releases_list_is_used(tmp_path):
     assert report["torch_npu"] == ops.name
 
 
-@pytest.mark.parametrize("args, says", [
-    (["missing.py"], "error: script 'missing.py' does not exist: check the path"),
-    (["--steps", "0", "hazards.py"], "error: --steps 0 must be at least 1"),
-    ([], "error: preflight needs a script: devicekit preflight [options] SCRIPT [ARGS...] "
-         "(or -m MODULE [ARGS...])"),
-    (["--torch-npu", "2.1.0", "hazards.py"], "error: --torch-npu 2.1.0: devicekit ships the "
-                                             "list of 2.13.0 only"),
-    (["--ops", "nowhere.yaml", "hazards.py"], "error: --ops 'nowhere.yaml' does not exist"),
-    (["--json", "no/such/dir/r.json", "hazards.py"], "error: --json 'no/such/dir/r.json': "
-                                                     "folder"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["missing.py"], "error: script 'missing.py' does not exist: check the path"),
+        (["--steps", "0", "hazards.py"], "error: --steps 0 must be at least 1"),
+        (
+            [],
+            "error: preflight needs a script: devicekit preflight [options] SCRIPT [ARGS...] "
+            "(or -m MODULE [ARGS...])",
+        ),
+        (
+            ["--torch-npu", "2.1.0", "hazards.py"],
+            "error: --torch-npu 2.1.0: devicekit ships the list of 2.13.0 only",
+        ),
+        (["--ops", "nowhere.yaml", "hazards.py"], "error: --ops 'nowhere.yaml' does not exist"),
+        (
+            ["--json", "no/such/dir/r.json", "hazards.py"],
+            "error: --json 'no/such/dir/r.json': folder",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, says):
     line = one_line_error(preflight(*args))
     assert line.startswith(says), line
@@ -197,38 +225,78 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
 
 # Checked in-process by read_arguments before anything runs: each was a traceback after
 # the run, two lines, or a script overwritten with the report.
-@pytest.mark.parametrize("argv, says", [
-    (["nul.py"], "script 'nul.py' does not parse: it contains a NUL byte (line 2): it is not a "
-                 "Python source file, or it was saved as UTF-16: save it as UTF-8 text"),
-    (["syntax.py"], "script 'syntax.py' does not parse: invalid syntax (line 1)"),
-    (["module_return.py"], "script 'module_return.py' does not parse: 'return' outside "
-                           "function (line 1)"),
-    (["--json", "train.py", "train.py"], "--json 'train.py' is a folder or the script itself: "
-                                         "name a new file, such as report.json"),
-    (["--json", "sub", "train.py"], "--json 'sub' is a folder or the script itself"),
-    (["--json", "", "train.py"], "--json '': name a file for the report, such as report.json"),
-    (["--json", "a\0b", "train.py"], "--json 'a\\x00b' is not a usable path (embedded null "
-                                     "byte): choose another path"),
-    (["--json", "x" * 300, "train.py"], f"--json '{'x' * 300}' is not a usable path (File name "
-                                        "too long)"),
-    (["--torch-npu", "2.1\n0", "train.py"], "--torch-npu '2.1\\n0': devicekit ships the list "
-                                            "of 2.13.0 only"),
-    (["--ops", "bad.yaml", "train.py"], "--ops 'bad.yaml' is not a torch_npu wheel or operator "
-                                        "yaml (ScannerError: mapping values are not allowed "
-                                        "here (line 1)): pass the file from the release you "
-                                        "target"),
-    (["-m", "no_such_module_here"], "-m 'no_such_module_here': no module named "
-                                    "'no_such_module_here' in this folder or on sys.path"),
-    (["-m", "a b"], "-m 'a b' is not a module name"),
-], ids=["NUL byte", "syntax error", "return outside a function", "json over the script",
-        "json a folder", "json empty", "json NUL", "json too long", "version with a newline",
-        "yaml error", "no such module", "not a module name"])
-def test_arguments_are_refused_in_one_line_before_the_script_runs(tmp_path, monkeypatch, argv,
-                                                                    says):
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["nul.py"],
+            "script 'nul.py' does not parse: it contains a NUL byte (line 2): it is not a "
+            "Python source file, or it was saved as UTF-16: save it as UTF-8 text",
+        ),
+        (["syntax.py"], "script 'syntax.py' does not parse: invalid syntax (line 1)"),
+        (
+            ["module_return.py"],
+            "script 'module_return.py' does not parse: 'return' outside function (line 1)",
+        ),
+        (
+            ["--json", "train.py", "train.py"],
+            "--json 'train.py' is a folder or the script itself: "
+            "name a new file, such as report.json",
+        ),
+        (["--json", "sub", "train.py"], "--json 'sub' is a folder or the script itself"),
+        (["--json", "", "train.py"], "--json '': name a file for the report, such as report.json"),
+        (
+            ["--json", "a\0b", "train.py"],
+            "--json 'a\\x00b' is not a usable path (embedded null byte): choose another path",
+        ),
+        (
+            ["--json", "x" * 300, "train.py"],
+            f"--json '{'x' * 300}' is not a usable path (File name too long)",
+        ),
+        (
+            ["--torch-npu", "2.1\n0", "train.py"],
+            "--torch-npu '2.1\\n0': devicekit ships the list of 2.13.0 only",
+        ),
+        (
+            ["--ops", "bad.yaml", "train.py"],
+            "--ops 'bad.yaml' is not a torch_npu wheel or operator "
+            "yaml (ScannerError: mapping values are not allowed "
+            "here (line 1)): pass the file from the release you "
+            "target",
+        ),
+        (
+            ["-m", "no_such_module_here"],
+            "-m 'no_such_module_here': no module named "
+            "'no_such_module_here' in this folder or on sys.path",
+        ),
+        (["-m", "a b"], "-m 'a b' is not a module name"),
+    ],
+    ids=[
+        "NUL byte",
+        "syntax error",
+        "return outside a function",
+        "json over the script",
+        "json a folder",
+        "json empty",
+        "json NUL",
+        "json too long",
+        "version with a newline",
+        "yaml error",
+        "no such module",
+        "not a module name",
+    ],
+)
+def test_arguments_are_refused_in_one_line_before_the_script_runs(
+    tmp_path, monkeypatch, argv, says
+):
     monkeypatch.chdir(tmp_path)
-    for name, data in {"nul.py": b"x = 1\n\x00\n", "syntax.py": b"def f(:\n    pass\n",
-                       "module_return.py": b"return 1\n", "train.py": b"print('ran')\n",
-                       "bad.yaml": b"a: b: c\n"}.items():
+    for name, data in {
+        "nul.py": b"x = 1\n\x00\n",
+        "syntax.py": b"def f(:\n    pass\n",
+        "module_return.py": b"return 1\n",
+        "train.py": b"print('ran')\n",
+        "bad.yaml": b"a: b: c\n",
+    }.items():
         (tmp_path / name).write_bytes(data)
     (tmp_path / "sub").mkdir()
     with pytest.raises(UsageError) as error:
@@ -237,12 +305,19 @@ def test_arguments_are_refused_in_one_line_before_the_script_runs(tmp_path, monk
     assert message.startswith(says), message
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--steps", "x", "train.py"], "error: argument --steps: invalid int value: 'x' (see: "
-                                   "devicekit preflight --help)"),
-    (["--st", "2", "train.py"], "error: unrecognized arguments: --st (see: devicekit preflight "
-                                "--help)"),  # an abbreviation took "2" for the script
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["--steps", "x", "train.py"],
+            "error: argument --steps: invalid int value: 'x' (see: devicekit preflight --help)",
+        ),
+        (
+            ["--st", "2", "train.py"],
+            "error: unrecognized arguments: --st (see: devicekit preflight --help)",
+        ),  # an abbreviation took "2" for the script
+    ],
+)
 def test_argparse_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, says):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('ran')\n")
@@ -252,11 +327,31 @@ def test_argparse_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, say
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script, args", [
-    ("examples/spawn_config.py", []), ("examples/launch_local_rank.py", []),
-    ("examples/gpt_pretrain.py", ["--no-amp"]), ("examples/finetune_sampler.py", []),
-    ("main.py", ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32",
-                 "-b", "8", "-j", "0"])])
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("examples/spawn_config.py", []),
+        ("examples/launch_local_rank.py", []),
+        ("examples/gpt_pretrain.py", ["--no-amp"]),
+        ("examples/finetune_sampler.py", []),
+        (
+            "main.py",
+            [
+                "--dummy",
+                "-a",
+                "tinynet",
+                "--num-classes",
+                "10",
+                "--image-size",
+                "32",
+                "-b",
+                "8",
+                "-j",
+                "0",
+            ],
+        ),
+    ],
+)
 def test_our_examples_and_the_demo_model_fall_back_nowhere(script, args, tmp_path):
     report, result = report_of(tmp_path, "--steps", "3", REPO / script, *args, cwd=REPO)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -271,9 +366,12 @@ def test_on_the_npu_stand_in_every_read_back_to_the_host_is_seen(tmp_path):
     report, result = report_of(tmp_path, "--npu-stand-in", "on_device.py")
     assert result.returncode == 0, result.stderr
     assert "trained on npu:0" in result.stdout
-    sync, = by_kind(report, "host-sync")
+    (sync,) = by_kind(report, "host-sync")
     assert (sync["op"], sync["line"], sync["count"]) == (
-        ".cpu()", marked("on_device.py", "host-sync"), 3), sync
+        ".cpu()",
+        marked("on_device.py", "host-sync"),
+        3,
+    ), sync
 
 
 def test_ctrl_c_stops_the_script_and_still_reports(tmp_path):

@@ -28,11 +28,14 @@ def test_a_plain_script_gets_a_trace_with_its_steps(tmp_path):
     assert sum(1 for e in events if e.get("name", "").startswith("ProfilerStep#")) == 2
 
 
-@pytest.mark.parametrize("kwargs, says", [
-    ({"active": 0}, "active=0 must be an integer of at least 1"),
-    ({"wait": -1}, "wait=-1 must be an integer of at least 0"),
-    ({"warmup": 1.5}, "warmup=1.5 must be an integer of at least 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({"active": 0}, "active=0 must be an integer of at least 1"),
+        ({"wait": -1}, "wait=-1 must be an integer of at least 0"),
+        ({"warmup": 1.5}, "warmup=1.5 must be an integer of at least 0"),
+    ],
+)
 def test_a_bad_schedule_is_named(tmp_path, kwargs, says):
     with pytest.raises(devicekit.UsageError, match=says):
         devicekit.profile(tmp_path, **kwargs)

@@ -42,16 +42,50 @@ NPROC = 2
 RUN_TIMEOUT_S = 300  # one tiny 2-rank run takes ~10 s on 2 cores
 DEMO_TIMEOUT_S = 600  # the demo recipe takes ~2.5 min on 2 cores
 
-TINY = ["--dummy", "-a", "tinynet", "--num-classes", "10", "--image-size", "32", "-b", "16",
-        "--epochs", "2", "--steps-per-epoch", "3", "--val-steps", "2", "-j", "0", "-p", "100"]
+TINY = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "2",
+    "--steps-per-epoch",
+    "3",
+    "--val-steps",
+    "2",
+    "-j",
+    "0",
+    "-p",
+    "100",
+]
 LAUNCHERS = ["torchrun", "launch", "spawn", "run_8p", "ascend"]
 # The LaunchContext.mode rank 0 prints for each way of starting.
-EXPECTED_MODE = {"torchrun": "torchrun", "launch": "launch", "spawn": "spawn",
-                 "run_8p": "env", "ascend": "ascend", "single": "single"}
+EXPECTED_MODE = {
+    "torchrun": "torchrun",
+    "launch": "launch",
+    "spawn": "spawn",
+    "run_8p": "env",
+    "ascend": "ascend",
+    "single": "single",
+}
 CHECKPOINT_KEYS = {"epoch", "step", "arch", "state_dict", "best_acc1", "optimizer", "scheduler"}
 # metrics.jsonl fields that depend only on the computation (not on the clock).
-DETERMINISTIC_METRICS = ("epoch", "train_loss", "train_acc1", "val_loss", "acc1", "acc5",
-                         "val_samples", "lr", "world_size")
+DETERMINISTIC_METRICS = (
+    "epoch",
+    "train_loss",
+    "train_acc1",
+    "val_loss",
+    "acc1",
+    "acc5",
+    "val_samples",
+    "lr",
+    "world_size",
+)
 # run_8p.sh's own knobs, which must not leak in from the test's environment.
 _SCRIPT_VARS = ("NPROC_PER_NODE", "NNODES", "NODE_RANK", "LOG_DIR", "BIND_CORES", "PYTHON")
 
@@ -78,30 +112,63 @@ def run_training(launcher, args, directory, nproc=NPROC, timeout=RUN_TIMEOUT_S, 
     args = [str(arg) for arg in args]
     with Processes(directory / "processes") as procs:
         if launcher == "torchrun":
-            argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc-per-node", str(nproc), "main.py", *args]
+            argv = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(nproc),
+                "main.py",
+                *args,
+            ]
             started = [procs.start(launcher, argv, child_env(**env))]
         elif launcher == "launch":
             # Its static rendezvous defaults to port 29500: give it a free one. It appends
             # --local-rank=N to every worker's command line.
-            argv = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node",
-                    str(nproc), "--master_addr", "127.0.0.1", "--master_port",
-                    str(find_free_port()), "main.py", *args]
+            argv = [
+                sys.executable,
+                "-m",
+                "torch.distributed.launch",
+                "--nproc_per_node",
+                str(nproc),
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                str(find_free_port()),
+                "main.py",
+                *args,
+            ]
             started = [procs.start(launcher, argv, child_env(**env))]
         elif launcher == "spawn":
             argv = main_py("--multiprocessing-distributed", "--nproc-per-node", nproc, *args)
             started = [procs.start(launcher, argv, child_env(**env))]
         elif launcher == "run_8p":
-            env = child_env(NPROC_PER_NODE=nproc, LOG_DIR=directory / "logs",
-                            PYTHON=sys.executable, **env)
+            env = child_env(
+                NPROC_PER_NODE=nproc, LOG_DIR=directory / "logs", PYTHON=sys.executable, **env
+            )
             started = [procs.start(launcher, ["bash", "launch/run_8p.sh", *args], env)]
         elif launcher == "ascend":
             port = find_free_port()
-            started = [procs.start(f"rank{i}", main_py("--gpu", i, "--rank", 0, "--world-size", 1,
-                                                       "--multiprocessing-distributed", *args),
-                                   child_env(RANK_ID=i, RANK_SIZE=nproc,
-                                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **env))
-                       for i in range(nproc)]
+            started = [
+                procs.start(
+                    f"rank{i}",
+                    main_py(
+                        "--gpu",
+                        i,
+                        "--rank",
+                        0,
+                        "--world-size",
+                        1,
+                        "--multiprocessing-distributed",
+                        *args,
+                    ),
+                    child_env(
+                        RANK_ID=i, RANK_SIZE=nproc, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **env
+                    ),
+                )
+                for i in range(nproc)
+            ]
         elif launcher == "single":
             assert nproc == 1
             started = [procs.start(launcher, main_py(*args), child_env(**env))]
@@ -153,10 +220,14 @@ def assert_bitwise_equal(left, right, where="checkpoint"):
         assert left.dtype == right.dtype and left.shape == right.shape, where
         assert torch.equal(_bits(left), _bits(right)), (
             f"{where} differs (max abs diff "
-            f"{(left.double() - right.double()).abs().max().item():.3g})")
+            f"{(left.double() - right.double()).abs().max().item():.3g})"
+        )
     elif isinstance(left, dict):
         assert isinstance(right, dict) and set(left) == set(right), (
-            where, sorted(map(str, left)), sorted(map(str, right)))
+            where,
+            sorted(map(str, left)),
+            sorted(map(str, right)),
+        )
         for key in left:
             assert_bitwise_equal(left[key], right[key], f"{where}[{key!r}]")
     elif isinstance(left, (list, tuple)):
@@ -208,9 +279,13 @@ def test_training_runs_under_launcher(launcher, launcher_runs):
     assert_started_as(stdout, launcher, NPROC)
     # A user's first screen is devicekit's own line, not a warning; the one exception is
     # torch.distributed.launch announcing its own deprecation, which is torch's to print.
-    warnings = [line for r in results for line in (r.stderr + r.stdout).splitlines()
-                if "Warning" in line and not (
-                    launcher == "launch" and "torch.distributed.launch is deprecated" in line)]
+    warnings = [
+        line
+        for r in results
+        for line in (r.stderr + r.stdout).splitlines()
+        if "Warning" in line
+        and not (launcher == "launch" and "torch.distributed.launch is deprecated" in line)
+    ]
     assert not warnings, describe(results)
     assert stdout.startswith("=> "), stdout
     assert "batch 8 per process" in stdout, stdout  # -b 16 is the node's total
@@ -246,17 +321,20 @@ def test_every_launcher_trains_the_same_weights(launcher_runs):
     reference = load_checkpoint(reference_output)
     reference_rows = read_metrics(reference_output)
     initial = initial_state_dict("tinynet", 10)
-    assert any(not torch.equal(reference["state_dict"][key], initial[key])
-               for key in initial), "the reference run did not train"
+    assert any(not torch.equal(reference["state_dict"][key], initial[key]) for key in initial), (
+        "the reference run did not train"
+    )
     for launcher in LAUNCHERS[1:]:
         _, output = launcher_runs(launcher)
         checkpoint = load_checkpoint(output)
-        assert_bitwise_equal(checkpoint["state_dict"], reference["state_dict"],
-                             f"{launcher} state_dict")
+        assert_bitwise_equal(
+            checkpoint["state_dict"], reference["state_dict"], f"{launcher} state_dict"
+        )
         assert checkpoint["best_acc1"] == reference["best_acc1"], launcher
         rows = read_metrics(output)
         assert [(r["acc1"], r["val_samples"]) for r in rows] == [
-            (r["acc1"], r["val_samples"]) for r in reference_rows], launcher
+            (r["acc1"], r["val_samples"]) for r in reference_rows
+        ], launcher
         assert deterministic(rows) == deterministic(reference_rows), launcher
 
 
@@ -269,8 +347,9 @@ def test_two_ranks_match_one_rank_without_batch_norm(tmp_path):
     # differently, far beyond the float tolerance this comparison is about.
     args = [*TINY, "-a", "tinynet_nobn", "--epochs", "1", "--val-steps", "1", "--no-amp"]
     single_out, pair_out = tmp_path / "single" / "out", tmp_path / "pair" / "out"
-    single = run_training("single", [*args, "--output-dir", single_out], tmp_path / "single",
-                          nproc=1)
+    single = run_training(
+        "single", [*args, "--output-dir", single_out], tmp_path / "single", nproc=1
+    )
     pair = run_training("torchrun", [*args, "--output-dir", pair_out], tmp_path / "pair")
     assert_started_as(single[0].stdout, "single", 1)
     assert "batch 16 per process" in single[0].stdout
@@ -304,16 +383,30 @@ SHAPES_VAL = SHAPES_CLASSES * SHAPES_VAL_PER_CLASS  # 25: divisible by neither 2
 # -b 6 divides over 1, 2 and 3 ranks (6, 3, 2 per process): every shard ends in a
 # partial batch (25 = 4*6+1; 13+12 by 3; 9+8+8 by 2). fp32 (--no-amp), as the reference
 # accuracy computed here is.
-SHAPES_ARGS = ["-a", "tinynet", "--num-classes", SHAPES_CLASSES, "--image-size", "32", "-b", "6",
-               "-j", "0", "-p", "100", "--no-amp"]
+SHAPES_ARGS = [
+    "-a",
+    "tinynet",
+    "--num-classes",
+    SHAPES_CLASSES,
+    "--image-size",
+    "32",
+    "-b",
+    "6",
+    "-j",
+    "0",
+    "-p",
+    "100",
+    "--no-amp",
+]
 WORLDS = {1: "single", 2: "torchrun", 3: "spawn"}
 
 
 def expected_accuracy(checkpoint_path, val_dir):
     """Acc@1 and Acc@5 of the checkpoint over every val image, computed here in one pass."""
     model = models.create("tinynet", num_classes=SHAPES_CLASSES)
-    model.load_state_dict(torch.load(checkpoint_path, map_location="cpu",
-                                     weights_only=True)["state_dict"])
+    model.load_state_dict(
+        torch.load(checkpoint_path, map_location="cpu", weights_only=True)["state_dict"]
+    )
     model.eval()
     val = data.ImageFolder(val_dir, data.val_transform(32))
     assert len(val) == SHAPES_VAL
@@ -322,22 +415,40 @@ def expected_accuracy(checkpoint_path, val_dir):
     with torch.no_grad():
         top = model(data.normalize(images)).topk(5, dim=1).indices
     hits = top.eq(targets.unsqueeze(1))
-    return (100.0 * hits[:, :1].any(dim=1).sum().item() / len(val),
-            100.0 * hits.any(dim=1).sum().item() / len(val))
+    return (
+        100.0 * hits[:, :1].any(dim=1).sum().item() / len(val),
+        100.0 * hits.any(dim=1).sum().item() / len(val),
+    )
 
 
 @pytest.mark.slow
 def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
-    shapes = make_demo_dataset(tmp_path / "shapes", num_classes=SHAPES_CLASSES,
-                               train_per_class=SHAPES_TRAIN_PER_CLASS,
-                               val_per_class=SHAPES_VAL_PER_CLASS, image_size=32)
+    shapes = make_demo_dataset(
+        tmp_path / "shapes",
+        num_classes=SHAPES_CLASSES,
+        train_per_class=SHAPES_TRAIN_PER_CLASS,
+        val_per_class=SHAPES_VAL_PER_CLASS,
+        image_size=32,
+    )
     # One short epoch per world size: metrics.jsonl counts the validation samples.
     trained = {}
     for world, launcher in WORLDS.items():
         output = tmp_path / f"train{world}" / "out"
-        results = run_training(launcher, [shapes, *SHAPES_ARGS, "--epochs", "1",
-                                          "--steps-per-epoch", "2", "--output-dir", output],
-                               output.parent, nproc=world)
+        results = run_training(
+            launcher,
+            [
+                shapes,
+                *SHAPES_ARGS,
+                "--epochs",
+                "1",
+                "--steps-per-epoch",
+                "2",
+                "--output-dir",
+                output,
+            ],
+            output.parent,
+            nproc=world,
+        )
         assert_started_as(results[0].stdout, launcher, world)
         (row,) = read_metrics(output)
         assert row["val_samples"] == SHAPES_VAL, (world, row)
@@ -345,7 +456,8 @@ def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
         hits = row["acc1"] * SHAPES_VAL / 100
         assert abs(hits - round(hits)) < 1e-6, row  # a whole number of the 25 samples
         assert printed_accuracies(results[0].stdout) == [
-            (f"{row['acc1']:.3f}", f"{row['acc5']:.3f}")]
+            (f"{row['acc1']:.3f}", f"{row['acc5']:.3f}")
+        ]
         trained[world] = output / state.CHECKPOINT
 
     # The same checkpoint evaluated by 1, 2 and 3 ranks: the same accuracy, and the one a
@@ -353,11 +465,17 @@ def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
     checkpoint = trained[1]
     acc1, acc5 = expected_accuracy(checkpoint, Path(shapes) / "val")
     for world, launcher in WORLDS.items():
-        results = run_training(launcher, [shapes, *SHAPES_ARGS, "--evaluate", "--resume",
-                                          checkpoint], tmp_path / f"eval{world}", nproc=world)
+        results = run_training(
+            launcher,
+            [shapes, *SHAPES_ARGS, "--evaluate", "--resume", checkpoint],
+            tmp_path / f"eval{world}",
+            nproc=world,
+        )
         assert_started_as(results[0].stdout, launcher, world)
         assert printed_accuracies(results[0].stdout) == [(f"{acc1:.3f}", f"{acc5:.3f}")], (
-            world, results[0].stdout)
+            world,
+            results[0].stdout,
+        )
 
 
 @pytest.mark.slow
@@ -381,22 +499,27 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, launcher_runs):
     # The uninterrupted 2-epoch run is the torchrun run of the launcher tests.
     _, straight = launcher_runs("torchrun")
     output = tmp_path / "out"
-    first = run_training("torchrun", [*TINY, "--epochs", "1", "--output-dir", output],
-                         tmp_path / "first")
+    first = run_training(
+        "torchrun", [*TINY, "--epochs", "1", "--output-dir", output], tmp_path / "first"
+    )
     assert load_checkpoint(output)["epoch"] == 1
-    second = run_training("torchrun", [*TINY, "--epochs", "2", "--output-dir", output,
-                                       "--resume", output / state.CHECKPOINT],
-                          tmp_path / "second")
+    second = run_training(
+        "torchrun",
+        [*TINY, "--epochs", "2", "--output-dir", output, "--resume", output / state.CHECKPOINT],
+        tmp_path / "second",
+    )
     assert len(printed_accuracies(first[0].stdout)) == 1
-    assert re.search(r"^=> resumed .* at epoch 1, step 0$", second[0].stdout, re.M), \
-        second[0].stdout
+    assert re.search(r"^=> resumed .* at epoch 1, step 0$", second[0].stdout, re.M), second[
+        0
+    ].stdout
     assert "Epoch: [0]" not in second[0].stdout and "Epoch: [1]" in second[0].stdout
 
     resumed, reference = load_checkpoint(output), load_checkpoint(straight)
     assert resumed["epoch"] == reference["epoch"] == 2
     assert_bitwise_equal(resumed["state_dict"], reference["state_dict"], "state_dict")
-    momentum = {index: entry["momentum_buffer"]
-                for index, entry in resumed["optimizer"]["state"].items()}
+    momentum = {
+        index: entry["momentum_buffer"] for index, entry in resumed["optimizer"]["state"].items()
+    }
     assert len(momentum) == len(list(models.create("tinynet", 10).parameters()))
     assert all(buffer is not None for buffer in momentum.values())
     assert_bitwise_equal(resumed["optimizer"], reference["optimizer"], "optimizer")
@@ -417,8 +540,11 @@ def test_demo_recipe_reaches_90_percent(tmp_path):
     metrics = REPO / "output" / "demo" / state.METRICS
     before = len(read_metrics(metrics.parent)) if metrics.exists() else 0
     with Processes(tmp_path) as procs:
-        proc = procs.start("demo", ["bash", "launch/run_8p.sh"],
-                           child_env(LOG_DIR=tmp_path / "logs", PYTHON=sys.executable))
+        proc = procs.start(
+            "demo",
+            ["bash", "launch/run_8p.sh"],
+            child_env(LOG_DIR=tmp_path / "logs", PYTHON=sys.executable),
+        )
         (result,) = procs.finish_all([proc], DEMO_TIMEOUT_S)
     assert result.returncode == 0, describe([result])
     assert "Traceback" not in result.stderr, describe([result])
@@ -449,10 +575,13 @@ def _bound_ranks(tmp_path, nproc, script_cores, **extra):
     probe.write_text(_RANK_PROBE.format(python=sys.executable))
     probe.chmod(0o755)
     with Processes(tmp_path) as procs:
-        proc = procs.start("run_8p", ["taskset", "-c", script_cores, "bash", "launch/run_8p.sh",
-                                      "--dummy"],
-                           child_env(BIND_CORES=1, NPROC_PER_NODE=nproc, PYTHON=probe,
-                                     LOG_DIR=tmp_path / "logs", **extra))
+        proc = procs.start(
+            "run_8p",
+            ["taskset", "-c", script_cores, "bash", "launch/run_8p.sh", "--dummy"],
+            child_env(
+                BIND_CORES=1, NPROC_PER_NODE=nproc, PYTHON=probe, LOG_DIR=tmp_path / "logs", **extra
+            ),
+        )
         (result,) = procs.finish_all([proc], RUN_TIMEOUT_S)
     assert result.returncode == 0, describe([result])
     return [(tmp_path / "logs" / f"rank_{i}.log").read_text().split() for i in range(nproc)]
@@ -464,14 +593,18 @@ def test_bind_cores_gives_each_rank_its_own_cores_and_as_many_threads(tmp_path):
     both = ",".join(map(str, cores))
     # The environment's OMP_NUM_THREADS=1 (child_env) is the user's choice and is kept.
     assert _bound_ranks(tmp_path / "a", 2, both) == [
-        ["cores", str(cores[0]), "omp", "1"], ["cores", str(cores[1]), "omp", "1"]]
+        ["cores", str(cores[0]), "omp", "1"],
+        ["cores", str(cores[1]), "omp", "1"],
+    ]
     # Unset, each rank gets one thread per core of its share.
     unset = {"OMP_NUM_THREADS": ""}
     assert _bound_ranks(tmp_path / "b", 1, both, **unset) == [
-        ["cores", str(cores[0]), str(cores[1]), "omp", "2"]]
+        ["cores", str(cores[0]), str(cores[1]), "omp", "2"]
+    ]
     # Started on the second core only, the rank gets that core (not core 0).
     assert _bound_ranks(tmp_path / "c", 1, str(cores[1]), **unset) == [
-        ["cores", str(cores[1]), "omp", "1"]]
+        ["cores", str(cores[1]), "omp", "1"]
+    ]
 
 
 # -- fast: the learning-rate schedule ------------------------------------------------------
@@ -529,10 +662,12 @@ def test_shard_sampler_covers_every_index_once(world):
         assert sorted(together) == list(range(length)), (length, shards)
         assert len(set(together)) == len(together)
         assert [len(ShardSampler(length, world, rank)) for rank in range(world)] == list(
-            map(len, shards))
+            map(len, shards)
+        )
         assert max(map(len, shards)) - min(map(len, shards)) <= 1
         assert [len(shard) for shard in shards] == [
-            math.ceil((length - rank) / world) for rank in range(world)]
+            math.ceil((length - rank) / world) for rank in range(world)
+        ]
 
 
 # -- fast: per-sample augmentation seeding -------------------------------------------------
@@ -543,8 +678,10 @@ class _Pictures(torch.utils.data.Dataset):
 
     def __init__(self, count=4, size=(48, 40)):
         rng = np.random.default_rng(7)
-        self.images = [Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3),
-                                                    dtype=np.uint8)) for _ in range(count)]
+        self.images = [
+            Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+            for _ in range(count)
+        ]
         self.transform = data.train_transform(32)
 
     def __len__(self):

@@ -33,10 +33,25 @@ def write_yaml(path, text):
 # -- the reference ImageNet example's command lines ---------------------------------------
 # parse_args checks the data directory; --dummy lets these lines name one that is not here.
 
+
 def test_reference_multiprocessing_line():
-    args = parse_args(["-a", "resnet50", "--dist-url", "tcp://127.0.0.1:23456",
-                       "--dist-backend", "nccl", "--multiprocessing-distributed",
-                       "--world-size", "1", "--rank", "0", "/data/imagenet", "--dummy"])
+    args = parse_args(
+        [
+            "-a",
+            "resnet50",
+            "--dist-url",
+            "tcp://127.0.0.1:23456",
+            "--dist-backend",
+            "nccl",
+            "--multiprocessing-distributed",
+            "--world-size",
+            "1",
+            "--rank",
+            "0",
+            "/data/imagenet",
+            "--dummy",
+        ]
+    )
     assert args.arch == "resnet50"
     assert args.dist_url == "tcp://127.0.0.1:23456"
     assert args.dist_backend == "nccl"
@@ -45,7 +60,12 @@ def test_reference_multiprocessing_line():
     assert args.data_dir == "/data/imagenet"
     # The reference defaults.
     assert (args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay) == (
-        90, 256, 0.1, 0.9, 1e-4)
+        90,
+        256,
+        0.1,
+        0.9,
+        1e-4,
+    )
     assert (args.workers, args.print_freq, args.start_epoch) == (4, 10, 0)
     assert not args.evaluate and args.pretrained is None and args.resume == ""
 
@@ -59,9 +79,31 @@ def test_reference_single_gpu_line():
 def test_reference_hyperparameter_flags(tmp_path):
     resume = tmp_path / "x"
     torch.save({"epoch": 1}, resume)  # an unfinished run: --resume reads its epoch
-    args = parse_args(["--lr", "0.1", "--momentum", "0.9", "--wd", "1e-4", "-b", "256",
-                       "-j", "8", "-p", "10", "--epochs", "90", "--start-epoch", "0",
-                       "--seed", "1", "--resume", str(resume), "--dummy"])
+    args = parse_args(
+        [
+            "--lr",
+            "0.1",
+            "--momentum",
+            "0.9",
+            "--wd",
+            "1e-4",
+            "-b",
+            "256",
+            "-j",
+            "8",
+            "-p",
+            "10",
+            "--epochs",
+            "90",
+            "--start-epoch",
+            "0",
+            "--seed",
+            "1",
+            "--resume",
+            str(resume),
+            "--dummy",
+        ]
+    )
     assert (args.lr, args.momentum, args.weight_decay) == (0.1, 0.9, 1e-4)
     assert (args.batch_size, args.workers, args.print_freq) == (256, 8, 10)
     assert (args.epochs, args.start_epoch, args.seed) == (90, 0, 1)
@@ -69,20 +111,23 @@ def test_reference_hyperparameter_flags(tmp_path):
     assert args.dummy is True
 
 
-@pytest.mark.parametrize("argv,dest,value", [
-    (["--evaluate"], "evaluate", True),
-    (["-e"], "evaluate", True),
-    (["--dummy"], "dummy", True),
-    (["--no-accel"], "device", "cpu"),
-    (["--learning-rate", "0.3"], "lr", 0.3),
-    (["--weight-decay", "5e-5"], "weight_decay", 5e-5),
-    (["--mom", "0.8"], "momentum", 0.8),  # argparse prefixes keep working
-    (["--learning", "0.2"], "lr", 0.2),
-    (["--local-rank=1"], "local_rank", 1),  # torch.distributed.launch, new and old spelling
-    (["--local_rank=1"], "local_rank", 1),
-    (["--local_rank", "1"], "local_rank", 1),
-    (["--local-rank", "1"], "local_rank", 1),
-])
+@pytest.mark.parametrize(
+    "argv,dest,value",
+    [
+        (["--evaluate"], "evaluate", True),
+        (["-e"], "evaluate", True),
+        (["--dummy"], "dummy", True),
+        (["--no-accel"], "device", "cpu"),
+        (["--learning-rate", "0.3"], "lr", 0.3),
+        (["--weight-decay", "5e-5"], "weight_decay", 5e-5),
+        (["--mom", "0.8"], "momentum", 0.8),  # argparse prefixes keep working
+        (["--learning", "0.2"], "lr", 0.2),
+        (["--local-rank=1"], "local_rank", 1),  # torch.distributed.launch, new and old spelling
+        (["--local_rank=1"], "local_rank", 1),
+        (["--local_rank", "1"], "local_rank", 1),
+        (["--local-rank", "1"], "local_rank", 1),
+    ],
+)
 def test_reference_flags(argv, dest, value):
     args = parse_args(argv + ["--dummy"])
     assert getattr(args, dest) == value
@@ -94,12 +139,44 @@ def test_no_accel_overrides_device():
 
 # -- Ascend's ResNet50 8p script -----------------------------------------------------------
 
-ASCEND_8P = ["--data", "/data/imagenet", "--addr", "127.0.0.1", "--port", "29688",
-             "--device", "npu", "--device-list", "0,1,2,3", "--amp", "--loss-scale", "1024",
-             "--opt-level", "O2", "--warmup", "8", "--label-smoothing", "0.1",
-             "--num_classes", "1000", "--gpu", "0", "--rank", "0", "--world-size", "1",
-             "--multiprocessing-distributed", "--dist-backend", "hccl", "--lr", "1.6",
-             "-b", "4096", "--epochs", "90"]
+ASCEND_8P = [
+    "--data",
+    "/data/imagenet",
+    "--addr",
+    "127.0.0.1",
+    "--port",
+    "29688",
+    "--device",
+    "npu",
+    "--device-list",
+    "0,1,2,3",
+    "--amp",
+    "--loss-scale",
+    "1024",
+    "--opt-level",
+    "O2",
+    "--warmup",
+    "8",
+    "--label-smoothing",
+    "0.1",
+    "--num_classes",
+    "1000",
+    "--gpu",
+    "0",
+    "--rank",
+    "0",
+    "--world-size",
+    "1",
+    "--multiprocessing-distributed",
+    "--dist-backend",
+    "hccl",
+    "--lr",
+    "1.6",
+    "-b",
+    "4096",
+    "--epochs",
+    "90",
+]
 
 
 def test_ascend_8p_line():
@@ -132,33 +209,39 @@ def test_unknown_device_is_one_line(capsys):
     assert "--device" in err and "'tpu'" in err and "npu" in err
 
 
-@pytest.mark.parametrize("argv,amp,loss_scale", [
-    ([], None, None),  # None: the device's default (bf16 on a CPU with native bf16, ...)
-    (["--amp"], True, None),
-    (["--no-amp"], False, None),
-    (["--no-amp", "--loss-scale", "128"], False, 128.0),
-    (["--loss-scale", "dynamic"], True, "dynamic"),
-    (["--loss-scale", "DYNAMIC"], True, "dynamic"),
-    (["--loss-scale", "128"], True, 128.0),
-    (["--loss-scale", "1024", "--amp"], True, 1024.0),
-    (["--opt-level", "O0"], False, None),
-    (["--opt-level", "O0", "--amp"], False, None),  # O0 means "no mixed precision"
-    (["--opt-level", "O1"], True, None),
-    (["--opt-level", "O2"], True, None),
-    (["--opt-level", "O2", "--loss-scale", "dynamic"], True, "dynamic"),
-])
+@pytest.mark.parametrize(
+    "argv,amp,loss_scale",
+    [
+        ([], None, None),  # None: the device's default (bf16 on a CPU with native bf16, ...)
+        (["--amp"], True, None),
+        (["--no-amp"], False, None),
+        (["--no-amp", "--loss-scale", "128"], False, 128.0),
+        (["--loss-scale", "dynamic"], True, "dynamic"),
+        (["--loss-scale", "DYNAMIC"], True, "dynamic"),
+        (["--loss-scale", "128"], True, 128.0),
+        (["--loss-scale", "1024", "--amp"], True, 1024.0),
+        (["--opt-level", "O0"], False, None),
+        (["--opt-level", "O0", "--amp"], False, None),  # O0 means "no mixed precision"
+        (["--opt-level", "O1"], True, None),
+        (["--opt-level", "O2"], True, None),
+        (["--opt-level", "O2", "--loss-scale", "dynamic"], True, "dynamic"),
+    ],
+)
 def test_amp_flags(argv, amp, loss_scale):
     args = parse_args(argv + ["--dummy"])
     assert (args.amp, args.loss_scale) == (amp, loss_scale)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--loss-scale", "big"], "'big' is not a number or 'dynamic'"),
-    (["--loss-scale", "0"], "'0' must be a positive, finite number"),
-    (["--opt-level", "O4"], "--opt-level"),
-    (["--device-list", "0,0"], "must list distinct device ids"),
-    (["--device-list", "a,b"], "is not a comma-separated list of device ids"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--loss-scale", "big"], "'big' is not a number or 'dynamic'"),
+        (["--loss-scale", "0"], "'0' must be a positive, finite number"),
+        (["--opt-level", "O4"], "--opt-level"),
+        (["--device-list", "0,0"], "must list distinct device ids"),
+        (["--device-list", "a,b"], "is not a comma-separated list of device ids"),
+    ],
+)
 def test_bad_ascend_values_are_one_line(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv + ["--dummy"])
@@ -168,6 +251,7 @@ def test_bad_ascend_values_are_one_line(argv, needle, capsys):
 
 
 # -- launch flags reach devicekit ----------------------------------------------------------
+
 
 def test_launch_options_carry_the_ascend_flags():
     options = launch_options(parse_args(ASCEND_8P + ["--dummy"]))
@@ -186,9 +270,22 @@ def test_launch_options_carry_the_ascend_flags():
 
 
 def test_launch_options_carry_the_reference_flags():
-    args = parse_args(["-a", "resnet50", "--dist-url", "tcp://127.0.0.1:23456",
-                       "--multiprocessing-distributed", "--world-size", "1", "--rank", "0",
-                       "--nproc-per-node", "2", "--dummy"])
+    args = parse_args(
+        [
+            "-a",
+            "resnet50",
+            "--dist-url",
+            "tcp://127.0.0.1:23456",
+            "--multiprocessing-distributed",
+            "--world-size",
+            "1",
+            "--rank",
+            "0",
+            "--nproc-per-node",
+            "2",
+            "--dummy",
+        ]
+    )
     options = launch_options(args)
     assert options.dist_url == "tcp://127.0.0.1:23456"
     assert (options.nproc_per_node, options.device_list) == (2, None)
@@ -206,17 +303,21 @@ def test_launch_options_carry_local_rank_and_gpu():
 
 # -- the YAML config ----------------------------------------------------------------------
 
+
 def test_config_values_are_applied(tmp_path):
-    path = write_yaml(tmp_path / "cfg.yaml", "arch: resnet34\nbatch-size: 64\ndummy: true\n"
-                                             "device-list: [0, 1]\nlr: 0.05\n")
+    path = write_yaml(
+        tmp_path / "cfg.yaml",
+        "arch: resnet34\nbatch-size: 64\ndummy: true\ndevice-list: [0, 1]\nlr: 0.05\n",
+    )
     args = parse_args(["--config", path])
     assert (args.arch, args.batch_size, args.dummy, args.lr) == ("resnet34", 64, True, 0.05)
     assert args.device_list == [0, 1]
 
 
 def test_config_underscore_keys(tmp_path):
-    path = write_yaml(tmp_path / "cfg.yaml", "batch_size: 32\nnum_classes: 10\n"
-                                             "steps_per_epoch: 3\ndummy: true\n")
+    path = write_yaml(
+        tmp_path / "cfg.yaml", "batch_size: 32\nnum_classes: 10\nsteps_per_epoch: 3\ndummy: true\n"
+    )
     args = parse_args(["--config", path])
     assert (args.batch_size, args.num_classes, args.steps_per_epoch) == (32, 10, 3)
 
@@ -240,15 +341,18 @@ def test_empty_config_changes_nothing(tmp_path):
     assert parse_args(["--config", path, "--dummy"]).arch == "resnet18"
 
 
-@pytest.mark.parametrize("text,problem", [
-    ('batch-size: "big"\n', "batch-size: 'big' is not an int"),
-    ("epochs: 2.5\n", "epochs: 2.5 is not an int"),
-    ("lr: [1, 2]\n", "lr: [1, 2] is not a number"),
-    ("lr-schedule: linear\n", "lr-schedule: 'linear' is not one of step, cosine"),
-    ("device-list: a,b\n", "device-list: 'a,b' is not a comma-separated list of device ids"),
-    ("loss-scale: 0\n", "loss-scale: '0' must be a positive, finite number"),
-    ("amp: 1\n", "amp: 1 is not true or false"),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ('batch-size: "big"\n', "batch-size: 'big' is not an int"),
+        ("epochs: 2.5\n", "epochs: 2.5 is not an int"),
+        ("lr: [1, 2]\n", "lr: [1, 2] is not a number"),
+        ("lr-schedule: linear\n", "lr-schedule: 'linear' is not one of step, cosine"),
+        ("device-list: a,b\n", "device-list: 'a,b' is not a comma-separated list of device ids"),
+        ("loss-scale: 0\n", "loss-scale: '0' must be a positive, finite number"),
+        ("amp: 1\n", "amp: 1 is not true or false"),
+    ],
+)
 def test_config_values_are_checked_naming_the_file_and_key(tmp_path, text, problem):
     path = write_yaml(tmp_path / "cfg.yaml", text)
     with pytest.raises(UsageError) as error:
@@ -274,11 +378,13 @@ def test_unreadable_config_is_one_usage_error(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "open", denied, raising=False)
     with pytest.raises(UsageError) as error:
         parse_args(["--config", path, "--dummy"])
-    assert str(error.value) == (f"--config {path!r} cannot be read (Permission denied): check "
-                                "its permissions")
+    assert str(error.value) == (
+        f"--config {path!r} cannot be read (Permission denied): check its permissions"
+    )
 
 
 # -- validation of values and paths ------------------------------------------------------
+
 
 def test_output_dir_is_checked_without_being_made(tmp_path):
     parse_args(["--dummy", "--output-dir", str(tmp_path / "new" / "run")])
@@ -290,22 +396,25 @@ def test_evaluate_needs_no_writable_output_dir():
     assert parse_args(["--dummy", "--evaluate", "--output-dir", "/proc/x/y"]).evaluate
 
 
-@pytest.mark.parametrize("seed", [-2**63, 0, 2**63 - 1])
+@pytest.mark.parametrize("seed", [-(2**63), 0, 2**63 - 1])
 def test_seed_range_holds_with_rank_and_epoch_added(seed):
     assert parse_args(["--dummy", "--seed", str(seed)]).seed == seed
     devicekit.seed_everything(seed, rank=1023)  # seed + rank, as main.py seeds a rank
     torch.Generator().manual_seed(seed + 100_000)  # DistributedSampler: seed + epoch
 
 
-@pytest.mark.parametrize("seed", [-2**63 - 1, 2**63])
+@pytest.mark.parametrize("seed", [-(2**63) - 1, 2**63])
 def test_seed_out_of_range_is_refused(seed):
-    with pytest.raises(UsageError, match=f"--seed {seed} is out of range: use a whole number "
-                                         f"from {-2**63} to {2**63 - 1}"):
+    with pytest.raises(
+        UsageError,
+        match=f"--seed {seed} is out of range: use a whole number from {-(2**63)} to {2**63 - 1}",
+    ):
         parse_args(["--dummy", "--seed", str(seed)])
 
 
-@pytest.mark.parametrize("url", ["env://", "tcp://127.0.0.1:23456", "tcp://[::1]:29500",
-                                 REFERENCE_DIST_URL])
+@pytest.mark.parametrize(
+    "url", ["env://", "tcp://127.0.0.1:23456", "tcp://[::1]:29500", REFERENCE_DIST_URL]
+)
 def test_dist_url_forms_are_accepted(url):
     assert parse_args(["--dummy", "--dist-url", url]).dist_url == url
 
@@ -319,9 +428,11 @@ def test_resume_of_a_finished_run_is_refused_unless_evaluating(tmp_path):
     torch.save({"epoch": 3}, path)
     with pytest.raises(UsageError) as error:
         parse_args(["--dummy", "--epochs", "3", "--resume", path])
-    assert str(error.value) == (f"--resume {path!r} finished at epoch 3, and --epochs 3 leaves "
-                                "nothing to train: pass --epochs 4 or more to train on, or "
-                                "--evaluate to only validate it")
+    assert str(error.value) == (
+        f"--resume {path!r} finished at epoch 3, and --epochs 3 leaves "
+        "nothing to train: pass --epochs 4 or more to train on, or "
+        "--evaluate to only validate it"
+    )
     assert parse_args(["--dummy", "--epochs", "4", "--resume", path]).resume == path
     assert parse_args(["--dummy", "--epochs", "3", "--resume", path, "--evaluate"]).evaluate
 
@@ -336,13 +447,14 @@ def test_tensorboard_without_its_package_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
     with pytest.raises(UsageError) as error:
         parse_args(["--dummy", "--tensorboard", "board"])
-    assert str(error.value) == ("--tensorboard needs the tensorboard package, which is not "
-                                "installed: pip install 'devicekit[tensorboard]'")
+    assert str(error.value) == (
+        "--tensorboard needs the tensorboard package, which is not "
+        "installed: pip install 'devicekit[tensorboard]'"
+    )
 
 
 def test_observing_flags_come_from_the_config_too(tmp_path):
-    path = write_yaml(tmp_path / "c.yaml", f"tensorboard: {tmp_path / 'board'}\n"
-                                           "profile-steps: 3\n")
+    path = write_yaml(tmp_path / "c.yaml", f"tensorboard: {tmp_path / 'board'}\nprofile-steps: 3\n")
     args = parse_args(["--config", path, "--dummy"])
     assert (args.tensorboard, args.profile_steps) == (str(tmp_path / "board"), 3)
 
@@ -367,9 +479,12 @@ def test_help_says_where_the_trace_goes():
 
 # -- end to end ---------------------------------------------------------------------------
 
+
 def test_config_driven_dummy_run_end_to_end(tmp_path):
     out = tmp_path / "out"
-    config = write_yaml(tmp_path / "cfg.yaml", f"""\
+    config = write_yaml(
+        tmp_path / "cfg.yaml",
+        f"""\
 dummy: true
 arch: tinynet
 num-classes: 10
@@ -380,10 +495,16 @@ steps-per-epoch: 2
 val-steps: 1
 workers: 0
 output-dir: {out}
-""")
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--config", config],
-                            cwd=tmp_path, env=clean_environ(), capture_output=True, text=True,
-                            timeout=TIMEOUT_S)
+""",
+    )
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "main.py"), "--config", config],
+        cwd=tmp_path,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     for name in ("checkpoint.pth.tar", "model_best.pth.tar", "metrics.jsonl"):
@@ -391,8 +512,8 @@ output-dir: {out}
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["epoch"] == 0 and rows[0]["world_size"] == 1
     lines = result.stdout.splitlines()
-    assert any(re.match(r"^Epoch: \[0\]\[\s*\d+/\d+\]\tTime", line) for line in lines), \
+    assert any(re.match(r"^Epoch: \[0\]\[\s*\d+/\d+\]\tTime", line) for line in lines), (
         result.stdout
-    assert any(re.match(r"^ \* Acc@1 [\d.]+ Acc@5 [\d.]+$", line) for line in lines), \
-        result.stdout
+    )
+    assert any(re.match(r"^ \* Acc@1 [\d.]+ Acc@5 [\d.]+$", line) for line in lines), result.stdout
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*.tmp"))

@@ -19,11 +19,13 @@ def split_per_process(batch_size, workers, processes):
     if batch_size < processes:
         raise UsageError(
             f"--batch-size {batch_size} is smaller than the {processes} processes on this node: "
-            f"each needs at least one sample; use --batch-size {processes} or more")
+            f"each needs at least one sample; use --batch-size {processes} or more"
+        )
     if batch_size % processes:
         lower = batch_size // processes * processes
         upper = lower + processes
         raise UsageError(
             f"--batch-size {batch_size} does not divide over {processes} processes per node "
-            f"(it is the total for the node): use {lower} or {upper}")
+            f"(it is the total for the node): use {lower} or {upper}"
+        )
     return batch_size // processes, math.ceil(workers / processes)

@@ -24,8 +24,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 continue  # an unhashable key: SafeLoader itself refuses it below
             if seen:
                 raise DuplicateKeyError(
-                    None, None, f"gives {key} twice (lines {first_line[key] + 1} and "
-                    f"{key_node.start_mark.line + 1}): keep one", key_node.start_mark)
+                    None,
+                    None,
+                    f"gives {key} twice (lines {first_line[key] + 1} and "
+                    f"{key_node.start_mark.line + 1}): keep one",
+                    key_node.start_mark,
+                )
             first_line[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 
@@ -50,37 +54,45 @@ def load_config(path, known_keys):
     except IsADirectoryError:
         raise UsageError(f"--config {path!r} is a directory: pass a YAML file") from None
     except OSError as error:
-        raise UsageError(f"--config {path!r} cannot be read ({error.strerror}): check its "
-                         "permissions") from None
+        raise UsageError(
+            f"--config {path!r} cannot be read ({error.strerror}): check its permissions"
+        ) from None
     except UnicodeDecodeError as error:
-        raise UsageError(f"--config {path!r} is not UTF-8 text ({error.reason} at byte "
-                         f"{error.start}): pass a YAML file") from None
+        raise UsageError(
+            f"--config {path!r} is not UTF-8 text ({error.reason} at byte "
+            f"{error.start}): pass a YAML file"
+        ) from None
     except DuplicateKeyError as error:
         raise UsageError(f"--config {path!r} {error.problem}") from None
     except yaml.constructor.ConstructorError as error:
-        raise UsageError(f"--config {path!r}{_where(error)}: {error.problem}; YAML tags that "
-                         "build Python objects are refused (safe_load): write plain values"
-                         ) from None
+        raise UsageError(
+            f"--config {path!r}{_where(error)}: {error.problem}; YAML tags that "
+            "build Python objects are refused (safe_load): write plain values"
+        ) from None
     except yaml.YAMLError as error:
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise UsageError(f"--config {path!r} is not valid YAML{_where(error)}: {problem}"
-                         ) from None
+        raise UsageError(f"--config {path!r} is not valid YAML{_where(error)}: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UsageError(f"--config {path!r} must be a mapping of option: value, "
-                         f"not a {type(data).__name__}")
+        raise UsageError(
+            f"--config {path!r} must be a mapping of option: value, not a {type(data).__name__}"
+        )
     config, spelled, unknown = {}, {}, []
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name in spelled:
-            raise UsageError(f"--config {path!r} gives {name.replace('_', '-')} twice (as "
-                             f"{spelled[name]} and {key}): keep one")
+            raise UsageError(
+                f"--config {path!r} gives {name.replace('_', '-')} twice (as "
+                f"{spelled[name]} and {key}): keep one"
+            )
         if name in known_keys:
             config[name], spelled[name] = value, key
         else:
             unknown.append(str(key))
     if unknown:
-        raise UsageError(f"--config {path!r} has unknown option(s): {', '.join(unknown)}; "
-                         "use the long flag names without dashes in front, e.g. batch-size: 256")
+        raise UsageError(
+            f"--config {path!r} has unknown option(s): {', '.join(unknown)}; "
+            "use the long flag names without dashes in front, e.g. batch-size: 256"
+        )
     return config

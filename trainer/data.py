@@ -39,6 +39,7 @@ LAYOUT_HINT = "expected DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg"
 
 # ----------------------------------------------------------------------------- normalise
 
+
 def normalize(batch_uint8, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     """``(x / 255 - mean) / std`` per channel, as float32 on the input's device.
 
@@ -116,11 +117,14 @@ class DummyImageNet(torch.utils.data.Dataset):
         return image, label
 
     def __repr__(self):
-        return (f"DummyImageNet(length={self.length}, num_classes={self.num_classes}, "
-                f"image_size={self.image_size}, seed={self.seed})")
+        return (
+            f"DummyImageNet(length={self.length}, num_classes={self.num_classes}, "
+            f"image_size={self.image_size}, seed={self.seed})"
+        )
 
 
 # ----------------------------------------------------------------------------- transforms
+
 
 def _rgb_pixels(image):
     """A PIL image -> uint8 RGB tensor, HWC, contiguous."""
@@ -142,8 +146,9 @@ def resize_uint8(image, size):
     within a level on nearly every pixel.
     """
     batch = _rgb_pixels(image).permute(2, 0, 1).unsqueeze(0)  # NCHW, channels_last strides
-    resized = torch.nn.functional.interpolate(batch, size=(size, size), mode="bilinear",
-                                              antialias=True, align_corners=False)
+    resized = torch.nn.functional.interpolate(
+        batch, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+    )
     return resized[0].contiguous()
 
 
@@ -234,8 +239,13 @@ class RandomResizedCrop:
         left, top, crop_w, crop_h = self.box(width, height)
         # decode() reduces by at most stored // at_least <= crop / size each way: the box
         # keeps at least size x size pixels.
-        image, factor = decode(image, at_least=(math.ceil(width * self.size / crop_w),
-                                                math.ceil(height * self.size / crop_h)))
+        image, factor = decode(
+            image,
+            at_least=(
+                math.ceil(width * self.size / crop_w),
+                math.ceil(height * self.size / crop_h),
+            ),
+        )
         box = (left, top, left + crop_w, top + crop_h)
         if factor > 1:  # to the nearest pixel of the reduced image
             box = tuple(round(edge / factor) for edge in box)
@@ -332,6 +342,7 @@ def val_transform(image_size):
 
 # ----------------------------------------------------------------------------- image folder
 
+
 def _is_image_file(name):
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
@@ -353,16 +364,20 @@ def _scan(folder, keep):
         with os.scandir(folder) as entries:
             return sorted(entry.name for entry in entries if keep(entry))
     except OSError as error:
-        raise UsageError(f"data path {error.filename or folder} cannot be read "
-                         f"({error.strerror}): fix it or remove it") from None
+        raise UsageError(
+            f"data path {error.filename or folder} cannot be read "
+            f"({error.strerror}): fix it or remove it"
+        ) from None
 
 
 def _class_folders(root):
     """The class folder names under `root`, sorted; UsageError when there is none."""
     classes = _scan(root, lambda entry: not entry.name.startswith(".") and entry.is_dir())
     if not classes:
-        raise UsageError(f"image folder {root!r} has no class folders: put the images in "
-                         f"one sub-folder per class, {root}/<class>/*.jpg")
+        raise UsageError(
+            f"image folder {root!r} has no class folders: put the images in "
+            f"one sub-folder per class, {root}/<class>/*.jpg"
+        )
     return classes
 
 
@@ -370,15 +385,16 @@ def _image_files(folder):
     """The image file names in `folder`, sorted; UsageError when there is none."""
     files = _scan(folder, lambda entry: _is_image_file(entry.name) and entry.is_file())
     if not files:
-        raise UsageError(f"class folder {folder} has no images "
-                         f"({'/'.join(IMAGE_EXTENSIONS)}): add images or remove the folder")
+        raise UsageError(
+            f"class folder {folder} has no images "
+            f"({'/'.join(IMAGE_EXTENSIONS)}): add images or remove the folder"
+        )
     return files
 
 
 # What Pillow raises for a file that is not a readable image (corrupt, truncated, not an
 # image at all, or too large to be one).
-UNREADABLE_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, EOFError,
-                           Image.DecompressionBombError)
+UNREADABLE_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
 
 
 class ImageFolder(torch.utils.data.Dataset):
@@ -415,8 +431,10 @@ class ImageFolder(torch.utils.data.Dataset):
         self.transform = transform
         problem = _folder_problem(self.root)
         if problem:
-            raise UsageError(f"image folder {self.root!r} {problem}: point to a folder of class "
-                             "folders, root/<class>/*.jpg")
+            raise UsageError(
+                f"image folder {self.root!r} {problem}: point to a folder of class "
+                "folders, root/<class>/*.jpg"
+            )
         self.classes = _class_folders(self.root)
         self.class_to_idx = {name: index for index, name in enumerate(self.classes)}
         paths, counts = [], []
@@ -447,8 +465,7 @@ class ImageFolder(torch.utils.data.Dataset):
         Pillow cannot read it."""
         try:
             with Image.open(path) as image:
-                return self.transform(image) if self.transform is not None \
-                    else pil_to_tensor(image)
+                return self.transform(image) if self.transform is not None else pil_to_tensor(image)
         except UNREADABLE_IMAGE_ERRORS as error:
             warn(f"skipping unreadable image {path}: {type(error).__name__}: {error}")
             return None
@@ -470,15 +487,20 @@ class ImageFolder(torch.utils.data.Dataset):
                 self._unreadable.add(current)
                 continue
             return tensor, label
-        raise UsageError(f"none of the {count} images under {self.root} could be read: "
-                         "check the files (see the warnings above)")
+        raise UsageError(
+            f"none of the {count} images under {self.root} could be read: "
+            "check the files (see the warnings above)"
+        )
 
     def __repr__(self):
-        return (f"ImageFolder({self.root!r}, {len(self)} images, "
-                f"{len(self.classes)} classes, transform={self.transform!r})")
+        return (
+            f"ImageFolder({self.root!r}, {len(self)} images, "
+            f"{len(self.classes)} classes, transform={self.transform!r})"
+        )
 
 
 # ----------------------------------------------------------------------------- building
+
 
 def check_num_classes(dataset, num_classes):
     """The dataset's class count; UsageError if it exceeds the model's ``num_classes``."""
@@ -488,8 +510,10 @@ def check_num_classes(dataset, num_classes):
     if count > num_classes:
         where = getattr(dataset, "root", None)
         name = f"dataset {where!r}" if where else "the dataset"
-        raise UsageError(f"{name} has {count} classes but the model has only {num_classes} "
-                         f"outputs: pass --num-classes {count} (or more)")
+        raise UsageError(
+            f"{name} has {count} classes but the model has only {num_classes} "
+            f"outputs: pass --num-classes {count} (or more)"
+        )
     return count
 
 
@@ -497,8 +521,9 @@ def _split_dir(data_dir, split):
     path = os.path.join(data_dir, split)
     problem = _folder_problem(path)
     if problem == "does not exist":
-        raise UsageError(f"data directory {data_dir!r} has no {split}/ folder: {LAYOUT_HINT} "
-                         "(or pass --dummy)")
+        raise UsageError(
+            f"data directory {data_dir!r} has no {split}/ folder: {LAYOUT_HINT} (or pass --dummy)"
+        )
     if problem:
         raise UsageError(f"{path!r} {problem}: {LAYOUT_HINT} (or pass --dummy)")
     return path
@@ -530,26 +555,39 @@ def check_data_dir(data_dir, dummy, batch_size=None):
     if dummy:
         return None, None
     if data_dir is None:
-        raise UsageError(f"no data directory given: pass DIR (or --data DIR), {LAYOUT_HINT}, "
-                         "or pass --dummy for synthetic data")
+        raise UsageError(
+            f"no data directory given: pass DIR (or --data DIR), {LAYOUT_HINT}, "
+            "or pass --dummy for synthetic data"
+        )
     data_dir = os.fspath(data_dir)
     problem = _folder_problem(data_dir)
     if problem:
-        raise UsageError(f"data directory {data_dir!r} {problem}: {LAYOUT_HINT} "
-                         "(or pass --dummy)")
+        raise UsageError(f"data directory {data_dir!r} {problem}: {LAYOUT_HINT} (or pass --dummy)")
     train, val = _split_dir(data_dir, "train"), _split_dir(data_dir, "val")
     if batch_size is not None:
         count = _count_images(train, batch_size)
         if count < batch_size:
-            raise UsageError(f"data directory {data_dir!r} has {count} training images, fewer "
-                             f"than one batch of --batch-size {batch_size}: lower --batch-size "
-                             "or add images")
+            raise UsageError(
+                f"data directory {data_dir!r} has {count} training images, fewer "
+                f"than one batch of --batch-size {batch_size}: lower --batch-size "
+                "or add images"
+            )
     return train, val
 
 
-def build_datasets(data_dir, dummy, image_size, num_classes, seed,
-                   train_length=1281167, val_length=50000, *, crop_scale=DEFAULT_CROP_SCALE,
-                   flip=True, augment=True):
+def build_datasets(
+    data_dir,
+    dummy,
+    image_size,
+    num_classes,
+    seed,
+    train_length=1281167,
+    val_length=50000,
+    *,
+    crop_scale=DEFAULT_CROP_SCALE,
+    flip=True,
+    augment=True,
+):
     """The (train_dataset, val_dataset) pair.
 
     ``dummy``: :class:`DummyImageNet` for both (``num_classes`` of them, 1000 if None;
@@ -569,8 +607,10 @@ def build_datasets(data_dir, dummy, image_size, num_classes, seed,
         return train, val
     train_dir, val_dir = check_data_dir(data_dir, dummy)
     data_dir = os.fspath(data_dir)
-    train = ImageFolder(train_dir, train_transform(image_size, crop_scale, flip) if augment
-                        else val_transform(image_size))
+    train = ImageFolder(
+        train_dir,
+        train_transform(image_size, crop_scale, flip) if augment else val_transform(image_size),
+    )
     val = ImageFolder(val_dir, val_transform(image_size))
     if train.classes != val.classes:
         only_train = set(train.classes) - set(val.classes)
@@ -580,8 +620,10 @@ def build_datasets(data_dir, dummy, image_size, num_classes, seed,
             parts.append(f"only in train/: {_names(only_train)}")
         if only_val:
             parts.append(f"only in val/: {_names(only_val)}")
-        raise UsageError(f"train/ and val/ class folders differ in {data_dir!r} "
-                         f"({'; '.join(parts)}): give val/ the same class folders as train/")
+        raise UsageError(
+            f"train/ and val/ class folders differ in {data_dir!r} "
+            f"({'; '.join(parts)}): give val/ the same class folders as train/"
+        )
     if num_classes is not None:
         check_num_classes(train, num_classes)
     return train, val

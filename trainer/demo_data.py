@@ -33,8 +33,18 @@ from PIL import Image, ImageDraw
 
 from devicekit.errors import UsageError, exit_on_usage_error, warn
 
-SHAPES = ("circle", "square", "triangle", "cross", "ring", "hbar", "vbar", "diamond", "plus",
-          "two_dots")
+SHAPES = (
+    "circle",
+    "square",
+    "triangle",
+    "cross",
+    "ring",
+    "hbar",
+    "vbar",
+    "diamond",
+    "plus",
+    "two_dots",
+)
 MARKER = ".complete"
 DEFAULT_TRAIN_PER_CLASS = 500
 DEFAULT_VAL_PER_CLASS = 100
@@ -58,8 +68,9 @@ def _draw_shape(draw, shape, cx, cy, s, colour, rng):
         draw.line((cx - h, cy - h, cx + h, cy + h), fill=colour, width=stroke)
         draw.line((cx - h, cy + h, cx + h, cy - h), fill=colour, width=stroke)
     elif shape == "ring":
-        draw.ellipse((cx - h, cy - h, cx + h, cy + h), outline=colour,
-                     width=max(2, int(round(s * 0.15))))
+        draw.ellipse(
+            (cx - h, cy - h, cx + h, cy + h), outline=colour, width=max(2, int(round(s * 0.15)))
+        )
     elif shape == "hbar":
         draw.rectangle((cx - h, cy - s * 0.13, cx + h, cy + s * 0.13), fill=colour)
     elif shape == "vbar":
@@ -118,7 +129,7 @@ def _remove_stale_partials(parent, name):
         if not entry.name.startswith(prefix) or not entry.is_dir():
             continue
         try:
-            pid = int(entry.name[len(prefix):].split("-")[0])
+            pid = int(entry.name[len(prefix) :].split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
             shutil.rmtree(entry.path, ignore_errors=True)
@@ -135,8 +146,14 @@ def read_marker(root):
         return None
 
 
-def make_demo_dataset(root, num_classes=10, train_per_class=DEFAULT_TRAIN_PER_CLASS,
-                      val_per_class=DEFAULT_VAL_PER_CLASS, image_size=64, seed=0):
+def make_demo_dataset(
+    root,
+    num_classes=10,
+    train_per_class=DEFAULT_TRAIN_PER_CLASS,
+    val_per_class=DEFAULT_VAL_PER_CLASS,
+    image_size=64,
+    seed=0,
+):
     """Write the shapes dataset to ``root`` (see the module docstring); return ``root``.
 
     A ``root`` that already holds a complete dataset (the marker file) is left as it is
@@ -146,40 +163,53 @@ def make_demo_dataset(root, num_classes=10, train_per_class=DEFAULT_TRAIN_PER_CL
     root = os.path.abspath(os.fspath(root))
     _check_count(num_classes, "num_classes", 2)
     if num_classes > len(SHAPES):
-        raise UsageError(f"the demo dataset has at most {len(SHAPES)} classes, got "
-                         f"num_classes={num_classes}")
+        raise UsageError(
+            f"the demo dataset has at most {len(SHAPES)} classes, got num_classes={num_classes}"
+        )
     _check_count(train_per_class, "train_per_class", 1)
     _check_count(val_per_class, "val_per_class", 1)
     _check_count(image_size, "image_size", 16)
-    settings = {"num_classes": num_classes, "train_per_class": train_per_class,
-                "val_per_class": val_per_class, "image_size": image_size, "seed": int(seed),
-                "classes": list(SHAPES[:num_classes])}
+    settings = {
+        "num_classes": num_classes,
+        "train_per_class": train_per_class,
+        "val_per_class": val_per_class,
+        "image_size": image_size,
+        "seed": int(seed),
+        "classes": list(SHAPES[:num_classes]),
+    }
 
     existing = read_marker(root)
     if existing is not None:
         if existing != settings:
-            warn(f"reusing the demo dataset in {root}, made with other settings; "
-                 "remove the folder to make it again")
+            warn(
+                f"reusing the demo dataset in {root}, made with other settings; "
+                "remove the folder to make it again"
+            )
         return root
     if os.path.exists(root) and not (os.path.isdir(root) and not os.listdir(root)):
-        raise UsageError(f"{root} exists but is not a complete demo dataset (no {MARKER} in it): "
-                         "remove it or choose another folder")
+        raise UsageError(
+            f"{root} exists but is not a complete demo dataset (no {MARKER} in it): "
+            "remove it or choose another folder"
+        )
 
     parent, name = os.path.split(root)
     os.makedirs(parent, exist_ok=True)
     _remove_stale_partials(parent, name)
-    partial = tempfile.mkdtemp(prefix=f".{name}.partial-{socket.gethostname()}-{os.getpid()}-",
-                               dir=parent)
+    partial = tempfile.mkdtemp(
+        prefix=f".{name}.partial-{socket.gethostname()}-{os.getpid()}-", dir=parent
+    )
     try:
         for split, per_class in (("train", train_per_class), ("val", val_per_class)):
             for label, shape in enumerate(settings["classes"]):
                 folder = os.path.join(partial, split, shape)
                 os.makedirs(folder)
                 for index in range(per_class):
-                    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, SPLIT_IDS[split],
-                                                 label, index])
+                    rng = np.random.default_rng(
+                        [int(seed) & 0xFFFFFFFF, SPLIT_IDS[split], label, index]
+                    )
                     render(shape, image_size, rng).save(
-                        os.path.join(folder, f"{shape}_{index:05d}.png"))
+                        os.path.join(folder, f"{shape}_{index:05d}.png")
+                    )
         with open(os.path.join(partial, MARKER), "w", encoding="utf-8") as handle:
             json.dump(settings, handle, indent=1)
         if os.path.isdir(root) and not os.listdir(root):
@@ -200,7 +230,8 @@ def make_demo_dataset(root, num_classes=10, train_per_class=DEFAULT_TRAIN_PER_CL
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m trainer.demo_data",
-        description="Write a small learnable ImageFolder dataset of coloured shapes (PNG).")
+        description="Write a small learnable ImageFolder dataset of coloured shapes (PNG).",
+    )
     parser.add_argument("dir", help="where to write it (DIR/train/<class>, DIR/val/<class>)")
     parser.add_argument("--num-classes", type=int, default=10, help="2..10 (default 10)")
     parser.add_argument("--train-per-class", type=int, default=DEFAULT_TRAIN_PER_CLASS)
@@ -208,15 +239,21 @@ def main(argv=None):
     parser.add_argument("--image-size", type=int, default=64, help="pixels (default 64)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    root = make_demo_dataset(args.dir, num_classes=args.num_classes,
-                             train_per_class=args.train_per_class,
-                             val_per_class=args.val_per_class, image_size=args.image_size,
-                             seed=args.seed)
+    root = make_demo_dataset(
+        args.dir,
+        num_classes=args.num_classes,
+        train_per_class=args.train_per_class,
+        val_per_class=args.val_per_class,
+        image_size=args.image_size,
+        seed=args.seed,
+    )
     made = read_marker(root)
-    print(f"demo dataset in {root}: {made['num_classes']} classes, "
-          f"{made['num_classes'] * made['train_per_class']} train + "
-          f"{made['num_classes'] * made['val_per_class']} val images "
-          f"({made['image_size']} px PNG)")
+    print(
+        f"demo dataset in {root}: {made['num_classes']} classes, "
+        f"{made['num_classes'] * made['train_per_class']} train + "
+        f"{made['num_classes'] * made['val_per_class']} val images "
+        f"({made['image_size']} px PNG)"
+    )
 
 
 if __name__ == "__main__":

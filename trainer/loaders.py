@@ -16,8 +16,9 @@ class EpochSeededSampler(Sampler):
     resume from a mid-epoch checkpoint)."""
 
     def __init__(self, dataset, world_size, rank, seed):
-        self.inner = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                        shuffle=True, seed=seed, drop_last=True)
+        self.inner = DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+        )
         self.epoch = 0
         self.skip = 0
 
@@ -83,14 +84,24 @@ def freeze_inherited_objects(worker_id):
 
 def build_loaders(train_set, val_set, batch_size, workers, ctx, seed):
     """(train_loader, val_loader) for the rank described by `ctx`."""
-    common = {"batch_size": batch_size, "num_workers": workers,
-              "pin_memory": devicekit.pin_memory(),
-              "persistent_workers": workers > 0}
+    common = {
+        "batch_size": batch_size,
+        "num_workers": workers,
+        "pin_memory": devicekit.pin_memory(),
+        "persistent_workers": workers > 0,
+    }
     if workers > 0:
         common.update(prefetch_factor=4, worker_init_fn=freeze_inherited_objects)
-    train_loader = DataLoader(EpochSeededDataset(train_set, seed),
-                              sampler=EpochSeededSampler(train_set, ctx.world_size, ctx.rank, seed),
-                              drop_last=True, **common)
-    val_loader = DataLoader(val_set, sampler=ShardSampler(len(val_set), ctx.world_size, ctx.rank),
-                            drop_last=False, **common)
+    train_loader = DataLoader(
+        EpochSeededDataset(train_set, seed),
+        sampler=EpochSeededSampler(train_set, ctx.world_size, ctx.rank, seed),
+        drop_last=True,
+        **common,
+    )
+    val_loader = DataLoader(
+        val_set,
+        sampler=ShardSampler(len(val_set), ctx.world_size, ctx.rank),
+        drop_last=False,
+        **common,
+    )
     return train_loader, val_loader

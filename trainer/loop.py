@@ -47,7 +47,7 @@ def correct_topk(output, target, ks=(1, 5)):
     maxk = min(max(ks), output.size(1))
     top = output.topk(maxk, dim=1).indices
     hits = top.eq(target.unsqueeze(1))
-    return [hits[:, :min(k, maxk)].any(dim=1).sum() for k in ks]
+    return [hits[:, : min(k, maxk)].any(dim=1).sum() for k in ks]
 
 
 def prepare_batch(images, target, device, channels_last):
@@ -58,8 +58,20 @@ def prepare_batch(images, target, device, channels_last):
     return normalize(images), target.to(device, non_blocking=True)
 
 
-def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoch, run,
-                    first_step=0, totals=None, save=None, observer: Observer = OFF):
+def train_one_epoch(
+    loader,
+    model,
+    criterion,
+    optimizer,
+    scheduler,
+    scaler,
+    epoch,
+    run,
+    first_step=0,
+    totals=None,
+    save=None,
+    observer: Observer = OFF,
+):
     """Train `model` for one epoch (capped at run.steps_per_epoch); returns
     {"loss", "acc1", "acc5", "images_per_sec"} of this rank, measured on the device
     (images per second after the first WARMUP_STEPS steps, when the epoch is long enough).
@@ -99,8 +111,9 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
         with torch.no_grad():
             hits1, hits5 = correct_topk(output, target)
             n = target.size(0)
-            totals += torch.stack([loss.detach().float() * n, hits1.float(), hits5.float(),
-                                   totals.new_tensor(n)])
+            totals += torch.stack(
+                [loss.detach().float() * n, hits1.float(), hits5.float(), totals.new_tensor(n)]
+            )
         if step + 1 == timed_from:
             devicekit.synchronize()
             start = time.perf_counter()
@@ -112,11 +125,20 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
             losses.update(loss.item(), n)
             top1.update(hits1.item() * 100.0 / n, n)
             top5.update(hits5.item() * 100.0 / n, n)
-            print(progress_line(f"Epoch: [{epoch}]", step, steps,
-                                [batch_time, data_time, losses, top1, top5]), flush=True)
+            print(
+                progress_line(
+                    f"Epoch: [{epoch}]", step, steps, [batch_time, data_time, losses, top1, top5]
+                ),
+                flush=True,
+            )
             observer.train_step(epoch, step, losses.value, top1.value, lr)
-        if save is not None and last_micro and run.save_every and \
-                (step + 1) % run.save_every == 0 and step + 1 < steps:
+        if (
+            save is not None
+            and last_micro
+            and run.save_every
+            and (step + 1) % run.save_every == 0
+            and step + 1 < steps
+        ):
             save(epoch, step + 1, totals)
         observer.step_done()
         end = time.perf_counter()
@@ -124,8 +146,12 @@ def train_one_epoch(loader, model, criterion, optimizer, scheduler, scaler, epoc
     elapsed = time.perf_counter() - start
     loss_sum, hits1, hits5, count = totals.tolist()
     count = max(count, 1)
-    return {"loss": loss_sum / count, "acc1": 100 * hits1 / count, "acc5": 100 * hits5 / count,
-            "images_per_sec": timed_images / elapsed if elapsed > 0 else 0.0}
+    return {
+        "loss": loss_sum / count,
+        "acc1": 100 * hits1 / count,
+        "acc5": 100 * hits5 / count,
+        "images_per_sec": timed_images / elapsed if elapsed > 0 else 0.0,
+    }
 
 
 def _optimizer_step(model, optimizer, scaler, clip_grad):
@@ -165,8 +191,12 @@ def validate(loader, model, criterion, run):
     totals = torch.cat([totals, torch.tensor([float(count)], device=run.device)])
     loss_sum, hits1, hits5, count = devicekit.all_reduce_sum(totals).tolist()
     count = max(count, 1)
-    result = {"loss": loss_sum / count, "acc1": 100 * hits1 / count, "acc5": 100 * hits5 / count,
-              "samples": int(count)}
+    result = {
+        "loss": loss_sum / count,
+        "acc1": 100 * hits1 / count,
+        "acc5": 100 * hits5 / count,
+        "samples": int(count),
+    }
     if run.is_main:
         print(f" * Acc@1 {result['acc1']:.3f} Acc@5 {result['acc5']:.3f}", flush=True)
     return result

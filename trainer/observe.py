@@ -23,10 +23,12 @@ def check_profile_steps(profile_steps: int, steps: int) -> None:
     """Refuse --profile-steps when the run's `steps` training steps are too few for it."""
     needed = PROFILE_WAIT + PROFILE_WARMUP + profile_steps
     if steps < needed:
-        raise UsageError(f"--profile-steps {profile_steps} needs {needed} training steps "
-                         f"({PROFILE_WAIT} to wait, {PROFILE_WARMUP} to warm up, "
-                         f"{profile_steps} to profile), but this run trains at most {steps}: "
-                         "lower --profile-steps or raise --epochs")
+        raise UsageError(
+            f"--profile-steps {profile_steps} needs {needed} training steps "
+            f"({PROFILE_WAIT} to wait, {PROFILE_WARMUP} to warm up, "
+            f"{profile_steps} to profile), but this run trains at most {steps}: "
+            "lower --profile-steps or raise --epochs"
+        )
 
 
 class Observer:
@@ -51,8 +53,12 @@ class Observer:
         """Record an epoch's metrics.jsonl row (val loss, top-1, top-5; images/s) at its end."""
         if self.writer is not None:
             at = (epoch + 1) * self.steps_per_epoch
-            for tag, key in (("val/loss", "val_loss"), ("val/acc1", "acc1"),
-                             ("val/acc5", "acc5"), ("train/images_per_sec", "images_per_sec")):
+            for tag, key in (
+                ("val/loss", "val_loss"),
+                ("val/acc1", "acc1"),
+                ("val/acc5", "acc5"),
+                ("train/images_per_sec", "images_per_sec"),
+            ):
                 self.writer.add_scalar(tag, metrics[key], at)
 
 
@@ -60,16 +66,21 @@ OFF = Observer(steps_per_epoch=1)  # records nothing: for a loop run without mai
 
 
 @contextlib.contextmanager
-def observing(args: argparse.Namespace, is_main: bool,
-              steps_per_epoch: int) -> Iterator[Observer]:
+def observing(args: argparse.Namespace, is_main: bool, steps_per_epoch: int) -> Iterator[Observer]:
     """The Observer of this rank for the training loop: on rank 0, the writer and profiler
     the flags ask for, closed (events flushed, trace written) when the block ends."""
     profile_dir = os.path.join(args.output_dir, PROFILE_FOLDER)
     with contextlib.ExitStack() as stack:
         writer = stack.enter_context(_writer(args)) if is_main and args.tensorboard else None
-        profiler = stack.enter_context(devicekit.profile(
-            profile_dir, wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=args.profile_steps)
-        ) if is_main and args.profile_steps else None
+        profiler = (
+            stack.enter_context(
+                devicekit.profile(
+                    profile_dir, wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=args.profile_steps
+                )
+            )
+            if is_main and args.profile_steps
+            else None
+        )
         yield Observer(steps_per_epoch, writer, profiler)
     if profiler is not None:
         print(f"=> profiled {args.profile_steps} steps: trace in {profile_dir}", flush=True)
@@ -81,6 +92,7 @@ def _writer(args: argparse.Namespace):
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(args.tensorboard)
-    writer.add_text("config", "\n".join(f"    {key}: {value!r}"
-                                        for key, value in sorted(vars(args).items())))
+    writer.add_text(
+        "config", "\n".join(f"    {key}: {value!r}" for key, value in sorted(vars(args).items()))
+    )
     return writer

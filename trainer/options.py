@@ -20,7 +20,7 @@ from trainer.config import load_config
 
 # Torch seeds are 64 bits and rank or epoch are added to --seed: a signed 64-bit seed
 # keeps every such sum in range whatever the world size and epoch count.
-SEED_RANGE = (-2**63, 2**63 - 1)
+SEED_RANGE = (-(2**63), 2**63 - 1)
 
 
 def _device_list(text):
@@ -48,109 +48,248 @@ def _loss_scale(text):
 def build_parser():
     """The argparse parser for main.py."""
     p = ArgumentParser(prog="main.py", description="ImageNet-style training on cuda, npu or cpu.")
-    p.add_argument("data_dir", metavar="DIR", nargs="?", default=None,
-                   help="dataset root with train/ and val/ ImageFolder trees")
+    p.add_argument(
+        "data_dir",
+        metavar="DIR",
+        nargs="?",
+        default=None,
+        help="dataset root with train/ and val/ ImageFolder trees",
+    )
     p.add_argument("--data", metavar="DIR", default=None, help="same as DIR (Ascend scripts)")
-    p.add_argument("-a", "--arch", default="resnet18",
-                   help=f"model: {', '.join(models.names())} (default resnet18)")
-    p.add_argument("-j", "--workers", type=int, default=4,
-                   help="data loading workers per node (default 4)")
+    p.add_argument(
+        "-a",
+        "--arch",
+        default="resnet18",
+        help=f"model: {', '.join(models.names())} (default resnet18)",
+    )
+    p.add_argument(
+        "-j", "--workers", type=int, default=4, help="data loading workers per node (default 4)"
+    )
     p.add_argument("--epochs", type=int, default=90, help="total epochs (default 90)")
     p.add_argument("--start-epoch", type=int, default=0, help="epoch to start at (default 0)")
-    p.add_argument("-b", "--batch-size", type=int, default=256,
-                   help="total batch size of all processes of a node (default 256)")
-    p.add_argument("--lr", "--learning-rate", type=float, default=0.1, dest="lr",
-                   help="initial learning rate (default 0.1)")
+    p.add_argument(
+        "-b",
+        "--batch-size",
+        type=int,
+        default=256,
+        help="total batch size of all processes of a node (default 256)",
+    )
+    p.add_argument(
+        "--lr",
+        "--learning-rate",
+        type=float,
+        default=0.1,
+        dest="lr",
+        help="initial learning rate (default 0.1)",
+    )
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    p.add_argument("--wd", "--weight-decay", type=float, default=1e-4, dest="weight_decay",
-                   help="weight decay (default 1e-4)")
-    p.add_argument("-p", "--print-freq", type=int, default=10,
-                   help="print every N steps (default 10)")
-    p.add_argument("--resume", default="", metavar="PATH",
-                   help="checkpoint to resume from; 'auto': the run's own checkpoint in "
-                        "--output-dir when there is one, else start afresh")
+    p.add_argument(
+        "--wd",
+        "--weight-decay",
+        type=float,
+        default=1e-4,
+        dest="weight_decay",
+        help="weight decay (default 1e-4)",
+    )
+    p.add_argument(
+        "-p", "--print-freq", type=int, default=10, help="print every N steps (default 10)"
+    )
+    p.add_argument(
+        "--resume",
+        default="",
+        metavar="PATH",
+        help="checkpoint to resume from; 'auto': the run's own checkpoint in "
+        "--output-dir when there is one, else start afresh",
+    )
     p.add_argument("-e", "--evaluate", action="store_true", help="only validate")
-    p.add_argument("--pretrained", nargs="?", const="", default=None, metavar="PATH",
-                   help="start from a torchvision-format state_dict file")
-    p.add_argument("--world-size", type=int, default=-1,
-                   help="nodes (with --multiprocessing-distributed) or processes")
-    p.add_argument("--rank", type=int, default=-1,
-                   help="node rank (with --multiprocessing-distributed) or process rank")
+    p.add_argument(
+        "--pretrained",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="start from a torchvision-format state_dict file",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=-1,
+        help="nodes (with --multiprocessing-distributed) or processes",
+    )
+    p.add_argument(
+        "--rank",
+        type=int,
+        default=-1,
+        help="node rank (with --multiprocessing-distributed) or process rank",
+    )
     p.add_argument("--dist-url", default=None, help="tcp://HOST:PORT or env://")
-    p.add_argument("--dist-backend", default=None,
-                   help="collective backend (default: the device's: nccl, hccl or gloo)")
+    p.add_argument(
+        "--dist-backend",
+        default=None,
+        help="collective backend (default: the device's: nccl, hccl or gloo)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--gpu", type=int, default=None, help="device index to use")
     p.add_argument("--no-accel", action="store_true", help="run on the CPU")
-    p.add_argument("--multiprocessing-distributed", action="store_true",
-                   help="start one process per device of this node")
+    p.add_argument(
+        "--multiprocessing-distributed",
+        action="store_true",
+        help="start one process per device of this node",
+    )
     p.add_argument("--dummy", action="store_true", help="synthetic data, no files")
-    p.add_argument("--local-rank", "--local_rank", type=int, default=None, dest="local_rank",
-                   help=argparse.SUPPRESS)  # appended by torch.distributed.launch
+    p.add_argument(
+        "--local-rank",
+        "--local_rank",
+        type=int,
+        default=None,
+        dest="local_rank",
+        help=argparse.SUPPRESS,
+    )  # appended by torch.distributed.launch
     # Ascend's ResNet50 scripts
     p.add_argument("--addr", default=None, help="master address")
     p.add_argument("--port", type=int, default=None, help="master port")
-    p.add_argument("--device", default="auto", choices=device_choices(),
-                   help="device kind (default auto: npu, then cuda, then cpu)")
-    p.add_argument("--device-list", type=_device_list, default=None, metavar="IDS",
-                   help="device ids for this node's processes, e.g. 0,1,2,3")
-    p.add_argument("--amp", action="store_const", const=True, default=None,
-                   help="mixed precision (autocast); default: on where it pays on the device "
-                        "(CPUs with native bf16, CUDA GPUs)")
-    p.add_argument("--no-amp", action="store_const", const=False, dest="amp",
-                   help="full fp32")
-    p.add_argument("--loss-scale", type=_loss_scale, default=None,
-                   help="float16 loss scale: a number (initial scale) or 'dynamic'")
-    p.add_argument("--opt-level", default=None, choices=["O0", "O1", "O2", "O3"],
-                   help="apex-style level: O0 turns AMP off, O1..O3 turn autocast on")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=device_choices(),
+        help="device kind (default auto: npu, then cuda, then cpu)",
+    )
+    p.add_argument(
+        "--device-list",
+        type=_device_list,
+        default=None,
+        metavar="IDS",
+        help="device ids for this node's processes, e.g. 0,1,2,3",
+    )
+    p.add_argument(
+        "--amp",
+        action="store_const",
+        const=True,
+        default=None,
+        help="mixed precision (autocast); default: on where it pays on the device "
+        "(CPUs with native bf16, CUDA GPUs)",
+    )
+    p.add_argument("--no-amp", action="store_const", const=False, dest="amp", help="full fp32")
+    p.add_argument(
+        "--loss-scale",
+        type=_loss_scale,
+        default=None,
+        help="float16 loss scale: a number (initial scale) or 'dynamic'",
+    )
+    p.add_argument(
+        "--opt-level",
+        default=None,
+        choices=["O0", "O1", "O2", "O3"],
+        help="apex-style level: O0 turns AMP off, O1..O3 turn autocast on",
+    )
     p.add_argument("--warmup", type=int, default=0, help="linear warmup epochs (default 0)")
     p.add_argument("--label-smoothing", type=float, default=0.0, help="(default 0)")
-    p.add_argument("--num-classes", "--num_classes", type=int, default=1000, dest="num_classes",
-                   help="classes the model predicts (default 1000)")
+    p.add_argument(
+        "--num-classes",
+        "--num_classes",
+        type=int,
+        default=1000,
+        dest="num_classes",
+        help="classes the model predicts (default 1000)",
+    )
     # ours
-    p.add_argument("--nproc-per-node", type=int, default=None,
-                   help="processes per node with --multiprocessing-distributed "
-                        "(default: the device count; 2 on cpu)")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="processes per node with --multiprocessing-distributed "
+        "(default: the device count; 2 on cpu)",
+    )
     p.add_argument("--image-size", type=int, default=224, help="training crop (default 224)")
-    p.add_argument("--crop-scale", type=float, nargs=2, default=data.DEFAULT_CROP_SCALE,
-                   metavar=("MIN", "MAX"),
-                   help="training crops cover MIN to MAX of the image's area "
-                        "(default 0.08 1.0, the reference's)")
-    p.add_argument("--no-flip", action="store_false", dest="flip",
-                   help="no random horizontal flip in training (default: half the images)")
-    p.add_argument("--no-augment", action="store_false", dest="augment",
-                   help="train on the validation transform (resize + center crop): no random "
-                        "crop, no flip")
+    p.add_argument(
+        "--crop-scale",
+        type=float,
+        nargs=2,
+        default=data.DEFAULT_CROP_SCALE,
+        metavar=("MIN", "MAX"),
+        help="training crops cover MIN to MAX of the image's area "
+        "(default 0.08 1.0, the reference's)",
+    )
+    p.add_argument(
+        "--no-flip",
+        action="store_false",
+        dest="flip",
+        help="no random horizontal flip in training (default: half the images)",
+    )
+    p.add_argument(
+        "--no-augment",
+        action="store_false",
+        dest="augment",
+        help="train on the validation transform (resize + center crop): no random crop, no flip",
+    )
     p.add_argument("--steps-per-epoch", type=int, default=None, help="cap training steps")
     p.add_argument("--val-steps", type=int, default=None, help="cap validation steps")
     p.add_argument("--output-dir", default=".", help="checkpoints and metrics.jsonl (default .)")
-    p.add_argument("--config", default=None, metavar="FILE.yaml",
-                   help="YAML file of flags; the command line wins")
-    p.add_argument("--dist-timeout", type=float, default=None,
-                   help="seconds to wait for ranks and collectives (default 300)")
-    p.add_argument("--lr-schedule", default="step", choices=["step", "cosine"],
-                   help="step: x0.1 every 30 epochs; cosine: to 0 (default step)")
-    p.add_argument("--grad-accum", type=int, default=1,
-                   help="accumulate gradients over N steps (default 1)")
-    p.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
-                   help="clip the gradient norm")
-    p.add_argument("--channels-last", action="store_const", const=True, default=None,
-                   help="channels_last memory format; default: where the device prefers it")
-    p.add_argument("--no-channels-last", action="store_const", const=False,
-                   dest="channels_last", help="keep NCHW")
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE.yaml",
+        help="YAML file of flags; the command line wins",
+    )
+    p.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for ranks and collectives (default 300)",
+    )
+    p.add_argument(
+        "--lr-schedule",
+        default="step",
+        choices=["step", "cosine"],
+        help="step: x0.1 every 30 epochs; cosine: to 0 (default step)",
+    )
+    p.add_argument(
+        "--grad-accum", type=int, default=1, help="accumulate gradients over N steps (default 1)"
+    )
+    p.add_argument(
+        "--clip-grad", type=float, default=None, metavar="NORM", help="clip the gradient norm"
+    )
+    p.add_argument(
+        "--channels-last",
+        action="store_const",
+        const=True,
+        default=None,
+        help="channels_last memory format; default: where the device prefers it",
+    )
+    p.add_argument(
+        "--no-channels-last",
+        action="store_const",
+        const=False,
+        dest="channels_last",
+        help="keep NCHW",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--save-every", type=int, default=None, metavar="N",
-                   help="also checkpoint every N training steps within an epoch, for a "
-                        "resume that loses fewer steps (default: at epoch ends only)")
-    p.add_argument("--tensorboard", default=None, metavar="DIR",
-                   help="TensorBoard event files from rank 0 in DIR: train loss, top-1 and lr "
-                        "every --print-freq steps, validation loss, top-1, top-5 and images/s "
-                        "every epoch, the run's flags as text (needs pip install "
-                        "'devicekit[tensorboard]')")
-    p.add_argument("--profile-steps", type=int, default=None, metavar="N",
-                   help=f"profile N training steps on rank 0, after {observe.PROFILE_WAIT} "
-                        f"step to wait and {observe.PROFILE_WARMUP} to warm up; the trace goes "
-                        f"to OUTPUT_DIR/{observe.PROFILE_FOLDER}/")
+    p.add_argument(
+        "--save-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also checkpoint every N training steps within an epoch, for a "
+        "resume that loses fewer steps (default: at epoch ends only)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        default=None,
+        metavar="DIR",
+        help="TensorBoard event files from rank 0 in DIR: train loss, top-1 and lr "
+        "every --print-freq steps, validation loss, top-1, top-5 and images/s "
+        "every epoch, the run's flags as text (needs pip install "
+        "'devicekit[tensorboard]')",
+    )
+    p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"profile N training steps on rank 0, after {observe.PROFILE_WAIT} "
+        f"step to wait and {observe.PROFILE_WARMUP} to warm up; the trace goes "
+        f"to OUTPUT_DIR/{observe.PROFILE_FOLDER}/",
+    )
     return p
 
 
@@ -163,8 +302,9 @@ def _config_argv(parser, config, path):
     for key, value in config.items():
         key = "data" if key == "data_dir" else key
         where = f"--config {path!r}: {key.replace('_', '-')}:"
-        actions = [action for action in parser._actions
-                   if action.dest == key and action.option_strings]
+        actions = [
+            action for action in parser._actions if action.dest == key and action.option_strings
+        ]
         switches = [action for action in actions if action.nargs == 0]  # --x / --no-x
         if switches:
             if not isinstance(value, bool):
@@ -173,10 +313,13 @@ def _config_argv(parser, config, path):
         elif value is not None and isinstance(actions[0].nargs, int):  # --x A B: a list
             tokens += [_long_flag(actions[0]), *_config_list(actions[0], value, where)]
         elif value is not None:
-            if isinstance(value, dict) or (isinstance(value, list) and any(
-                    isinstance(item, (dict, list)) for item in value)):
-                raise UsageError(f"{where} {value!r} is not a value for a flag: write a "
-                                 "number, a word or a list of them")
+            if isinstance(value, dict) or (
+                isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value)
+            ):
+                raise UsageError(
+                    f"{where} {value!r} is not a value for a flag: write a "
+                    "number, a word or a list of them"
+                )
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             _check_config_value(actions[0], text, value, where)
             tokens.append(f"{_long_flag(actions[0])}={text}")
@@ -186,8 +329,10 @@ def _config_argv(parser, config, path):
 def _config_list(action, value, where):
     """The tokens for a flag that takes ``action.nargs`` values, from a YAML list."""
     if not isinstance(value, list) or len(value) != action.nargs:
-        raise UsageError(f"{where} {value!r} is not a list of {action.nargs} values, "
-                         f"[{', '.join(action.metavar)}]")
+        raise UsageError(
+            f"{where} {value!r} is not a list of {action.nargs} values, "
+            f"[{', '.join(action.metavar)}]"
+        )
     texts = [str(item) for item in value]
     for text, item in zip(texts, value):
         _check_config_value(action, text, item, where)
@@ -202,16 +347,20 @@ def _check_config_value(action, text, value, where):
     try:
         converted = action.type(text) if action.type else text
     except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
-        reason = (f"{value!r} is not {_TYPE_NAMES[action.type]}" if action.type in _TYPE_NAMES
-                  else str(error))
+        reason = (
+            f"{value!r} is not {_TYPE_NAMES[action.type]}"
+            if action.type in _TYPE_NAMES
+            else str(error)
+        )
         raise UsageError(f"{where} {reason}") from None
     if action.choices is not None and converted not in action.choices:
         raise UsageError(f"{where} {value!r} is not one of {', '.join(action.choices)}")
 
 
 def _long_flag(action):
-    return next((flag for flag in action.option_strings if flag.startswith("--")),
-                action.option_strings[0])
+    return next(
+        (flag for flag in action.option_strings if flag.startswith("--")), action.option_strings[0]
+    )
 
 
 def _positive(name, value, minimum=1):
@@ -239,14 +388,18 @@ def _check_writable_dir(path, flag="--output-dir"):
     limit = os.pathconf(ancestor, "PC_NAME_MAX")
     for name in missing:
         if len(os.fsencode(name)) > limit:
-            raise UsageError(f"{named} cannot be made: the name {name[:20]!r}... is "
-                             f"{len(os.fsencode(name))} bytes, over the file system's limit "
-                             f"of {limit}: use a shorter name")
+            raise UsageError(
+                f"{named} cannot be made: the name {name[:20]!r}... is "
+                f"{len(os.fsencode(name))} bytes, over the file system's limit "
+                f"of {limit}: use a shorter name"
+            )
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".output-dir-probe-", dir=ancestor))
     except OSError as error:
-        raise UsageError(f"{named} is not writable: making a folder in {ancestor!r} fails "
-                         f"({error.strerror}): choose another {flag}") from None
+        raise UsageError(
+            f"{named} is not writable: making a folder in {ancestor!r} fails "
+            f"({error.strerror}): choose another {flag}"
+        ) from None
 
 
 def _check_observing(args):
@@ -254,15 +407,20 @@ def _check_observing(args):
     --evaluate (nothing trains), TensorBoard not installed or its folder unwritable, fewer
     training steps than the profiler's schedule needs (counted here when --steps-per-epoch
     bounds them; otherwise each rank counts them once its loader exists)."""
-    for flag, value in (("--tensorboard", args.tensorboard),
-                        ("--profile-steps", args.profile_steps)):
+    for flag, value in (
+        ("--tensorboard", args.tensorboard),
+        ("--profile-steps", args.profile_steps),
+    ):
         if value is not None and args.evaluate:
-            raise UsageError(f"{flag} records training, and --evaluate trains nothing: drop "
-                             "one of them")
+            raise UsageError(
+                f"{flag} records training, and --evaluate trains nothing: drop one of them"
+            )
     if args.tensorboard is not None:
         if importlib.util.find_spec("tensorboard") is None:
-            raise UsageError("--tensorboard needs the tensorboard package, which is not "
-                             "installed: pip install 'devicekit[tensorboard]'")
+            raise UsageError(
+                "--tensorboard needs the tensorboard package, which is not "
+                "installed: pip install 'devicekit[tensorboard]'"
+            )
         _check_writable_dir(args.tensorboard, "--tensorboard")
     _positive("--profile-steps", args.profile_steps)
     if args.profile_steps is not None and args.steps_per_epoch is not None:
@@ -286,16 +444,25 @@ def validate(args):
     """Check values a parser cannot, and the paths the run will read and write; raise
     UsageError naming the flag. Runs before any rank starts (with
     --multiprocessing-distributed, once in the parent)."""
-    for name, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
-                        ("--print-freq", args.print_freq), ("--grad-accum", args.grad_accum),
-                        ("--num-classes", args.num_classes),
-                        ("--steps-per-epoch", args.steps_per_epoch),
-                        ("--val-steps", args.val_steps), ("--nproc-per-node", args.nproc_per_node)):
+    for name, value in (
+        ("--epochs", args.epochs),
+        ("--batch-size", args.batch_size),
+        ("--print-freq", args.print_freq),
+        ("--grad-accum", args.grad_accum),
+        ("--num-classes", args.num_classes),
+        ("--steps-per-epoch", args.steps_per_epoch),
+        ("--val-steps", args.val_steps),
+        ("--nproc-per-node", args.nproc_per_node),
+    ):
         _positive(name, value)
     _positive("--image-size", args.image_size, 32)
-    for name, value in (("--workers", args.workers), ("--start-epoch", args.start_epoch),
-                        ("--warmup", args.warmup), ("--momentum", args.momentum),
-                        ("--weight-decay", args.weight_decay)):
+    for name, value in (
+        ("--workers", args.workers),
+        ("--start-epoch", args.start_epoch),
+        ("--warmup", args.warmup),
+        ("--momentum", args.momentum),
+        ("--weight-decay", args.weight_decay),
+    ):
         _positive(name, value, 0)
     if not 0 < args.lr < math.inf:
         raise UsageError(f"--lr {args.lr:g} must be a positive, finite number")
@@ -303,16 +470,21 @@ def validate(args):
         raise UsageError(f"--label-smoothing {args.label_smoothing:g} must be in [0, 1)")
     low, high = args.crop_scale
     if not 0 < low <= high <= 1:
-        raise UsageError(f"--crop-scale {low:g} {high:g} must satisfy 0 < MIN <= MAX <= 1 "
-                         "(fractions of the image's area)")
+        raise UsageError(
+            f"--crop-scale {low:g} {high:g} must satisfy 0 < MIN <= MAX <= 1 "
+            "(fractions of the image's area)"
+        )
     if not args.augment and tuple(args.crop_scale) != data.DEFAULT_CROP_SCALE:
-        raise UsageError(f"--crop-scale {low:g} {high:g} does nothing with --no-augment (which "
-                         "crops no random area): drop one of them")
+        raise UsageError(
+            f"--crop-scale {low:g} {high:g} does nothing with --no-augment (which "
+            "crops no random area): drop one of them"
+        )
     if args.clip_grad is not None and not 0 < args.clip_grad < math.inf:
         raise UsageError(f"--clip-grad {args.clip_grad:g} must be a positive, finite number")
     if args.start_epoch >= args.epochs and not args.evaluate and not args.resume:
-        raise UsageError(f"--start-epoch {args.start_epoch} leaves nothing to train with "
-                         f"--epochs {args.epochs}")
+        raise UsageError(
+            f"--start-epoch {args.start_epoch} leaves nothing to train with --epochs {args.epochs}"
+        )
     if args.warmup and args.warmup >= args.epochs:
         raise UsageError(f"--warmup {args.warmup} must be below --epochs {args.epochs}")
     if args.save_every is not None and args.save_every < 1:
@@ -320,25 +492,34 @@ def validate(args):
     if args.resume and args.resume != "auto" and not os.path.isfile(args.resume):
         raise UsageError(f"--resume {args.resume!r} does not exist: check the path")
     if args.pretrained == "":
-        raise UsageError("--pretrained needs a PATH to a state_dict file: this machine cannot "
-                         "download weights (e.g. --pretrained resnet50-0676ba61.pth)")
+        raise UsageError(
+            "--pretrained needs a PATH to a state_dict file: this machine cannot "
+            "download weights (e.g. --pretrained resnet50-0676ba61.pth)"
+        )
     if args.pretrained and not os.path.isfile(args.pretrained):
         raise UsageError(f"--pretrained {args.pretrained!r} does not exist: check the path")
     if args.data_dir and args.data and os.path.abspath(args.data_dir) != os.path.abspath(args.data):
         raise UsageError(f"DIR {args.data_dir!r} and --data {args.data!r} disagree: give one")
     models.check_name(args.arch, "--arch")
     if not SEED_RANGE[0] <= args.seed <= SEED_RANGE[1]:
-        raise UsageError(f"--seed {args.seed} is out of range: use a whole number from "
-                         f"{SEED_RANGE[0]} to {SEED_RANGE[1]} (64 bits; the rank and the "
-                         "epoch are added to it)")
+        raise UsageError(
+            f"--seed {args.seed} is out of range: use a whole number from "
+            f"{SEED_RANGE[0]} to {SEED_RANGE[1]} (64 bits; the rank and the "
+            "epoch are added to it)"
+        )
     if args.dist_timeout is not None:
         timeout_seconds(args.dist_timeout, "--dist-timeout")
     if args.nproc_per_node is not None and not args.multiprocessing_distributed:
-        raise UsageError(f"--nproc-per-node {args.nproc_per_node} only means something with "
-                         "--multiprocessing-distributed (without it main.py is one process): "
-                         "add --multiprocessing-distributed or drop --nproc-per-node")
-    if args.dist_url and args.dist_url != REFERENCE_DIST_URL and \
-            not args.dist_url.startswith("env://"):
+        raise UsageError(
+            f"--nproc-per-node {args.nproc_per_node} only means something with "
+            "--multiprocessing-distributed (without it main.py is one process): "
+            "add --multiprocessing-distributed or drop --nproc-per-node"
+        )
+    if (
+        args.dist_url
+        and args.dist_url != REFERENCE_DIST_URL
+        and not args.dist_url.startswith("env://")
+    ):
         parse_dist_url(args.dist_url, "--dist-url")
     # --evaluate writes nothing (no checkpoint, no metrics), so where its output would go
     # does not matter: a run that only validates needs no writable --output-dir.
@@ -374,9 +555,16 @@ def parse_args(argv=None):
 
 def launch_options(args):
     """The launch-related flags as devicekit LaunchOptions."""
-    return LaunchOptions(local_rank=args.local_rank, gpu=args.gpu, rank=args.rank,
-                         world_size=args.world_size, dist_url=args.dist_url, addr=args.addr,
-                         port=args.port,
-                         multiprocessing_distributed=args.multiprocessing_distributed,
-                         nproc_per_node=args.nproc_per_node, device_list=args.device_list,
-                         cli=True)
+    return LaunchOptions(
+        local_rank=args.local_rank,
+        gpu=args.gpu,
+        rank=args.rank,
+        world_size=args.world_size,
+        dist_url=args.dist_url,
+        addr=args.addr,
+        port=args.port,
+        multiprocessing_distributed=args.multiprocessing_distributed,
+        nproc_per_node=args.nproc_per_node,
+        device_list=args.device_list,
+        cli=True,
+    )

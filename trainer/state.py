@@ -29,7 +29,8 @@ def lr_factor(epoch, epochs, warmup, schedule):
 def make_scheduler(optimizer, epochs, warmup, schedule, steps_per_epoch):
     """A LambdaLR stepped once per optimizer step, following lr_factor."""
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step / steps_per_epoch, epochs, warmup, schedule))
+        optimizer, lambda step: lr_factor(step / steps_per_epoch, epochs, warmup, schedule)
+    )
 
 
 class Position(NamedTuple):
@@ -56,10 +57,15 @@ def save(output_dir, state, is_best):
 def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
     """The checkpoint dict at `position` (a Position): plain numbers, and a state_dict
     without the `module.` prefix."""
-    state = {"epoch": int(position.epoch), "step": int(position.step), "arch": arch,
-             "state_dict": checkpoint.strip_prefix(model.state_dict()),
-             "best_acc1": float(position.best_acc1), "optimizer": optimizer.state_dict(),
-             "scheduler": scheduler.state_dict()}
+    state = {
+        "epoch": int(position.epoch),
+        "step": int(position.step),
+        "arch": arch,
+        "state_dict": checkpoint.strip_prefix(model.state_dict()),
+        "best_acc1": float(position.best_acc1),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+    }
     if scaler.is_enabled():
         state["scaler"] = scaler.state_dict()
     if position.rng_states is not None:
@@ -75,12 +81,16 @@ def resume(path, arch, model, optimizer, scheduler, scaler):
     source = f"--resume {path!r}"
     required = ("epoch", "arch", "state_dict", "optimizer")
     if not isinstance(state, dict) or any(key not in state for key in required):
-        raise UsageError(f"{source} is not a training checkpoint (it needs the keys "
-                         f"{', '.join(required)}): use a checkpoint.pth.tar written by main.py")
+        raise UsageError(
+            f"{source} is not a training checkpoint (it needs the keys "
+            f"{', '.join(required)}): use a checkpoint.pth.tar written by main.py"
+        )
     position = _position(state, source)
     if state["arch"] != arch:
-        raise UsageError(f"{source} was written for --arch {state['arch']}, not {arch}: "
-                         f"pass --arch {state['arch']}")
+        raise UsageError(
+            f"{source} was written for --arch {state['arch']}, not {arch}: "
+            f"pass --arch {state['arch']}"
+        )
     checkpoint.load_state_dict_into(model, state["state_dict"], source)
     _load_into(optimizer, state["optimizer"], "optimizer", source)
     if "scheduler" in state:
@@ -91,8 +101,10 @@ def resume(path, arch, model, optimizer, scheduler, scaler):
 
 
 def _not_written_by_main(source, what):
-    return UsageError(f"{source} is not a checkpoint main.py wrote ({what}): use a "
-                      "checkpoint.pth.tar written by main.py")
+    return UsageError(
+        f"{source} is not a checkpoint main.py wrote ({what}): use a "
+        "checkpoint.pth.tar written by main.py"
+    )
 
 
 def _whole(value, key, source):
@@ -114,14 +126,21 @@ def _position(state, source):
     rng_states = state.get("rng_states")
     size = torch.get_rng_state().numel()
     if rng_states is not None and not (
-            isinstance(rng_states, list) and all(
-                isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
-                and tuple(rng.shape) == (size,) for rng in rng_states)):
+        isinstance(rng_states, list)
+        and all(
+            isinstance(rng, torch.Tensor)
+            and rng.dtype == torch.uint8
+            and tuple(rng.shape) == (size,)
+            for rng in rng_states
+        )
+    ):
         raise _not_written_by_main(source, "its rng_states are not generator states")
     totals = state.get("totals")
-    if totals is not None and not (isinstance(totals, torch.Tensor)
-                                   and tuple(totals.shape) == (4,)
-                                   and totals.dtype.is_floating_point):
+    if totals is not None and not (
+        isinstance(totals, torch.Tensor)
+        and tuple(totals.shape) == (4,)
+        and totals.dtype.is_floating_point
+    ):
         raise _not_written_by_main(source, "its totals are not 4 running sums")
     return Position(epoch, step, float(best), rng_states, totals)
 
@@ -138,9 +157,11 @@ def _load_into(target, state_dict, key, source):
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as error:
         reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
         reason = f"{type(error).__name__}: {reason}" if reason else type(error).__name__
-        raise UsageError(f"{source}: its {key} state does not fit this run ({reason}): "
-                         "resume with the flags that wrote it, or start afresh without "
-                         "--resume") from None
+        raise UsageError(
+            f"{source}: its {key} state does not fit this run ({reason}): "
+            "resume with the flags that wrote it, or start afresh without "
+            "--resume"
+        ) from None
 
 
 def _check_optimizer(optimizer):
@@ -161,10 +182,15 @@ def _check_optimizer(optimizer):
                 raise ValueError(f"its {name} is {value!r:.40}")
         for param in group["params"]:
             for name, value in optimizer.state.get(param, {}).items():
-                if isinstance(value, torch.Tensor) and value.numel() != 1 \
-                        and value.shape != param.shape:
-                    raise ValueError(f"its {name} has shape {tuple(value.shape)} for a "
-                                     f"parameter of shape {tuple(param.shape)}")
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.numel() != 1
+                    and value.shape != param.shape
+                ):
+                    raise ValueError(
+                        f"its {name} has shape {tuple(value.shape)} for a "
+                        f"parameter of shape {tuple(param.shape)}"
+                    )
                 if not isinstance(value, (torch.Tensor, int, float, type(None))):
                     raise ValueError(f"its {name} is a {type(value).__name__}")
 
@@ -182,9 +208,11 @@ def check_not_finished(epoch, epochs, path):
     """Refuse resuming from `path`, saved at `epoch` (the epochs done), when --epochs
     `epochs` leaves nothing to train: the run would otherwise end at once, silently."""
     if epoch >= epochs:
-        raise UsageError(f"--resume {path!r} finished at epoch {epoch}, and --epochs {epochs} "
-                         f"leaves nothing to train: pass --epochs {epoch + 1} or more to train "
-                         "on, or --evaluate to only validate it")
+        raise UsageError(
+            f"--resume {path!r} finished at epoch {epoch}, and --epochs {epochs} "
+            f"leaves nothing to train: pass --epochs {epoch + 1} or more to train "
+            "on, or --evaluate to only validate it"
+        )
 
 
 def load_pretrained(path, model):

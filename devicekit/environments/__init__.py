@@ -48,18 +48,32 @@ from devicekit.environments.torchrun import Torchrun
 from devicekit.kinds.base import DeviceKind
 
 ENVIRONMENTS: Tuple[LaunchEnvironment, ...] = (
-    DeepSpeed(), DistributedLaunch(), Torchrun(), PyTorchJob(), EnvVariables(), RankTable(),
-    Ascend(), OpenMpi(), Mpich(), Slurm(), Spawn(), Explicit(), Single())
+    DeepSpeed(),
+    DistributedLaunch(),
+    Torchrun(),
+    PyTorchJob(),
+    EnvVariables(),
+    RankTable(),
+    Ascend(),
+    OpenMpi(),
+    Mpich(),
+    Slurm(),
+    Spawn(),
+    Explicit(),
+    Single(),
+)
 
 # The variables each environment reads, in detection order: what doctor reports and what
 # tests and benchmarks clear to start a process that no launcher has touched.
 VARIABLES: Dict[str, Tuple[str, ...]] = {env.name: tuple(env.variables) for env in ENVIRONMENTS}
-ALL_VARIABLES: Tuple[str, ...] = tuple(dict.fromkeys(
-    name for names in VARIABLES.values() for name in names))
+ALL_VARIABLES: Tuple[str, ...] = tuple(
+    dict.fromkeys(name for names in VARIABLES.values() for name in names)
+)
 
 
-def detect(options: Optional[LaunchOptions] = None,
-           environ: Optional[Mapping[str, str]] = None) -> LaunchEnvironment:
+def detect(
+    options: Optional[LaunchOptions] = None, environ: Optional[Mapping[str, str]] = None
+) -> LaunchEnvironment:
     """The environment that started this process (the first in ENVIRONMENTS that says so;
     `single` when none does). Reads only; never raises."""
     options = options or LaunchOptions()
@@ -75,9 +89,11 @@ def launcher_of(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     return env.name if env.started_by_launcher else None
 
 
-def resolve_launch(options: Optional[LaunchOptions] = None,
-                   environ: Optional[Mapping[str, str]] = None,
-                   kind: Optional[DeviceKind] = None) -> LaunchContext:
+def resolve_launch(
+    options: Optional[LaunchOptions] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    kind: Optional[DeviceKind] = None,
+) -> LaunchContext:
     """Return the LaunchContext for this process.
 
     `options` are a script's or trainer's launch arguments, `environ` the environment
@@ -89,6 +105,17 @@ def resolve_launch(options: Optional[LaunchOptions] = None,
     return detect(options, environ).context(options, environ, kind)
 
 
-__all__ = ["ALL_VARIABLES", "ENVIRONMENTS", "REFERENCE_DIST_URL", "LaunchContext",
-           "LaunchEnvironment", "LaunchOptions", "VARIABLES", "detect", "find_free_port",
-           "launcher_of", "pop_local_rank", "resolve_launch"]
+__all__ = [
+    "ALL_VARIABLES",
+    "ENVIRONMENTS",
+    "REFERENCE_DIST_URL",
+    "LaunchContext",
+    "LaunchEnvironment",
+    "LaunchOptions",
+    "VARIABLES",
+    "detect",
+    "find_free_port",
+    "launcher_of",
+    "pop_local_rank",
+    "resolve_launch",
+]

@@ -7,8 +7,15 @@ rendezvous."""
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
-    DEFAULT_PORT, check_device, listed_device, master, nodes_from_options, read_numbers,
-    require, to_int)
+    DEFAULT_PORT,
+    check_device,
+    listed_device,
+    master,
+    nodes_from_options,
+    read_numbers,
+    require,
+    to_int,
+)
 from devicekit.errors import UsageError
 
 
@@ -25,11 +32,24 @@ class Ascend(LaunchEnvironment):
         nnodes, node_rank = nodes_from_options(options, "in Ascend's RANK_ID/RANK_SIZE idiom")
         if rank_id >= local_world_size:
             raise UsageError(f"RANK_ID={rank_id} is not below RANK_SIZE={local_world_size}")
-        device_index = (listed_device(options, rank_id, "RANK_ID") if options.gpu is None
-                        else to_int(options.gpu, options.name("gpu")))
+        device_index = (
+            listed_device(options, rank_id, "RANK_ID")
+            if options.gpu is None
+            else to_int(options.gpu, options.name("gpu"))
+        )
         addr, port = master(options, environ, nnodes, DEFAULT_PORT)
-        ctx = LaunchContext(self.name, node_rank * local_world_size + rank_id, rank_id,
-                            nnodes * local_world_size, local_world_size, node_rank, nnodes,
-                            addr, port, device_index)
-        return check_device(ctx, kind,
-                            options.name("gpu") if options.gpu is not None else "RANK_ID")
+        ctx = LaunchContext(
+            self.name,
+            node_rank * local_world_size + rank_id,
+            rank_id,
+            nnodes * local_world_size,
+            local_world_size,
+            node_rank,
+            nnodes,
+            addr,
+            port,
+            device_index,
+        )
+        return check_device(
+            ctx, kind, options.name("gpu") if options.gpu is not None else "RANK_ID"
+        )

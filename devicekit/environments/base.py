@@ -29,8 +29,9 @@ class LaunchEnvironment(abc.ABC):
         """Whether this environment started the process."""
 
     @abc.abstractmethod
-    def context(self, options: LaunchOptions, environ: Mapping[str, str],
-                kind: Optional[DeviceKind]) -> LaunchContext:
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: Optional[DeviceKind]
+    ) -> LaunchContext:
         """Who this process is. `kind` (a DeviceKind, or None) bounds the device index by
         its visible devices."""
 

@@ -49,11 +49,16 @@ class LaunchContext:
     def for_spawned_rank(self, index: int) -> "LaunchContext":
         """The context of the `index`-th process spawned on this node (spawn mode)."""
         return dataclasses.replace(
-            self, rank=self.node_rank * self.local_world_size + index, local_rank=index,
-            device_index=self.device_list[index] if self.device_list else index)
+            self,
+            rank=self.node_rank * self.local_world_size + index,
+            local_rank=index,
+            device_index=self.device_list[index] if self.device_list else index,
+        )
 
     def describe(self) -> str:
         """A one-line summary for logs."""
-        return (f"{self.mode}: rank {self.rank}/{self.world_size}, local rank "
-                f"{self.local_rank}/{self.local_world_size}, node {self.node_rank}/{self.nnodes}, "
-                f"master {self.master_addr}:{self.master_port}")
+        return (
+            f"{self.mode}: rank {self.rank}/{self.world_size}, local rank "
+            f"{self.local_rank}/{self.local_world_size}, node {self.node_rank}/{self.nnodes}, "
+            f"master {self.master_addr}:{self.master_port}"
+        )

@@ -10,7 +10,10 @@ from typing import List, Optional, Sequence, Tuple
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.reading import to_int
 from devicekit.environments.torchrun import (
-    RANK_VARIABLES, has_rank_variables, rank_variables_context)
+    RANK_VARIABLES,
+    has_rank_variables,
+    rank_variables_context,
+)
 from devicekit.errors import UsageError
 
 

@@ -4,7 +4,10 @@ serves no store: the ranks meet in devicekit's rendezvous on the master."""
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.torchrun import (
-    RANK_VARIABLES, has_rank_variables, rank_variables_context)
+    RANK_VARIABLES,
+    has_rank_variables,
+    rank_variables_context,
+)
 
 
 class EnvVariables(LaunchEnvironment):

@@ -19,18 +19,24 @@ class Explicit(LaunchEnvironment):
 
     def context(self, options, environ, kind):
         if options.world_size is None:
-            raise UsageError(f"{options.show('rank', options.rank)} needs "
-                             f"{options.name('world_size')} (the number of processes) too; a "
-                             "single process needs neither")
+            raise UsageError(
+                f"{options.show('rank', options.rank)} needs "
+                f"{options.name('world_size')} (the number of processes) too; a "
+                "single process needs neither"
+            )
         world_size = to_int(options.world_size, options.name("world_size"), 1)
         if options.rank is None:
-            raise UsageError(f"{options.show('world_size', world_size)} needs "
-                             f"{options.name('rank')} for this process too (or start the run "
-                             "with torchrun)")
+            raise UsageError(
+                f"{options.show('world_size', world_size)} needs "
+                f"{options.name('rank')} for this process too (or start the run "
+                "with torchrun)"
+            )
         rank = to_int(options.rank, options.name("rank"))
         if rank >= world_size:
-            raise UsageError(f"{options.show('rank', rank)} is not below "
-                             f"{options.show('world_size', world_size)}")
+            raise UsageError(
+                f"{options.show('rank', rank)} is not below "
+                f"{options.show('world_size', world_size)}"
+            )
         addr, port = master(options, environ, 1, DEFAULT_PORT)
         if options.gpu is not None:
             device_index, source = to_int(options.gpu, options.name("gpu")), options.name("gpu")
@@ -41,6 +47,7 @@ class Explicit(LaunchEnvironment):
             # reference's way); a script's own processes on one node use the device of
             # their rank.
             device_index, source = (0, options.name("gpu")) if options.cli else (rank, "rank")
-        ctx = LaunchContext(self.name, rank, device_index, world_size, world_size, 0, 1, addr,
-                            port, device_index)
+        ctx = LaunchContext(
+            self.name, rank, device_index, world_size, world_size, 0, 1, addr, port, device_index
+        )
         return check_device(ctx, kind, source)

@@ -41,8 +41,10 @@ def _numbers(ranges: List[Tuple[str, str]]) -> Iterator[str]:
 
 
 def _fail(variable: str, text: str, reason: str) -> UsageError:
-    return UsageError(f"{variable}={text!r} is not a Slurm node list ({reason}): expected host "
-                      "names and bracket ranges, e.g. node[01-04,07],gpu-b2")
+    return UsageError(
+        f"{variable}={text!r} is not a Slurm node list ({reason}): expected host "
+        "names and bracket ranges, e.g. node[01-04,07],gpu-b2"
+    )
 
 
 def _entries(variable: str, text: str) -> List[str]:
@@ -92,8 +94,9 @@ def _parse_entry(variable: str, text: str, entry: str) -> List[_Part]:
         for item in part.split(","):
             match = _RANGE.fullmatch(item)
             if not match:
-                raise _fail(variable, text, f"{shown} holds {item!r}, not a number or "
-                                            "a range such as 01-04")
+                raise _fail(
+                    variable, text, f"{shown} holds {item!r}, not a number or a range such as 01-04"
+                )
             low, high = match.group(1), match.group(2) or match.group(1)
             if _below(high, low):
                 raise _fail(variable, text, f"the range {item} runs backwards")

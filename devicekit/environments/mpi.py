@@ -8,7 +8,14 @@ from typing import Tuple
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
-    DEFAULT_PORT, check_device, check_ranks, count, master, read_numbers, require)
+    DEFAULT_PORT,
+    check_device,
+    check_ranks,
+    count,
+    master,
+    read_numbers,
+    require,
+)
 
 
 class MpiEnvironment(LaunchEnvironment):
@@ -25,15 +32,30 @@ class MpiEnvironment(LaunchEnvironment):
 
     def context(self, options, environ, kind):
         rank_var, size_var, local_var, local_size_var = self.names
-        values = read_numbers(environ, {rank_var: 0, size_var: 1, local_var: 0,
-                                        local_size_var: 1})
-        rank, world_size, local_rank = (require(values, name)
-                                        for name in (rank_var, size_var, local_var))
+        values = read_numbers(environ, {rank_var: 0, size_var: 1, local_var: 0, local_size_var: 1})
+        rank, world_size, local_rank = (
+            require(values, name) for name in (rank_var, size_var, local_var)
+        )
         local_world_size = values.get(local_size_var, world_size)
-        check_ranks(rank, world_size, local_rank, local_world_size,
-                    (rank_var, size_var, local_var, local_size_var))
+        check_ranks(
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            (rank_var, size_var, local_var, local_size_var),
+        )
         nnodes = world_size // local_world_size
         addr, port = master(options, environ, nnodes, DEFAULT_PORT)
-        ctx = LaunchContext(self.name, rank, local_rank, world_size, local_world_size,
-                            rank // local_world_size, nnodes, addr, port, local_rank)
+        ctx = LaunchContext(
+            self.name,
+            rank,
+            local_rank,
+            world_size,
+            local_world_size,
+            rank // local_world_size,
+            nnodes,
+            addr,
+            port,
+            local_rank,
+        )
         return check_device(ctx, kind, local_var)

@@ -6,10 +6,18 @@ from typing import Optional, Tuple
 from devicekit.errors import UsageError
 
 # How each option is called in messages: by a trainer's command line, or in Python.
-_FLAGS = {"local_rank": "--local-rank", "gpu": "--gpu", "rank": "--rank",
-          "world_size": "--world-size", "dist_url": "--dist-url", "addr": "--addr",
-          "port": "--port", "multiprocessing_distributed": "--multiprocessing-distributed",
-          "nproc_per_node": "--nproc-per-node", "device_list": "--device-list"}
+_FLAGS = {
+    "local_rank": "--local-rank",
+    "gpu": "--gpu",
+    "rank": "--rank",
+    "world_size": "--world-size",
+    "dist_url": "--dist-url",
+    "addr": "--addr",
+    "port": "--port",
+    "multiprocessing_distributed": "--multiprocessing-distributed",
+    "nproc_per_node": "--nproc-per-node",
+    "device_list": "--device-list",
+}
 _PYTHON_NAMES = {"dist_url": "init_method", "nproc_per_node": "nprocs"}
 _NEGATIVE_MEANS_NONE = ("local_rank", "gpu", "rank", "world_size")
 
@@ -60,8 +68,9 @@ class LaunchOptions:
                 raise ValueError(value)
             return int(str(value).strip())
         except ValueError:
-            raise UsageError(f"{self.show(field, value)} is not an integer: give a whole "
-                             "number") from None
+            raise UsageError(
+                f"{self.show(field, value)} is not an integer: give a whole number"
+            ) from None
 
     def _device_ids(self, value) -> Tuple[int, ...]:
         """The device list as distinct non-negative ints (from "0,1" too)."""
@@ -71,8 +80,9 @@ class LaunchOptions:
         except (UsageError, TypeError):  # an item that is no integer, or not a sequence
             ids = (-1,)
         if ids and (min(ids) < 0 or len(set(ids)) != len(ids)):
-            raise UsageError(f"{self.show('device_list', value)} must list distinct device "
-                             "ids, e.g. 0,1,2,3")
+            raise UsageError(
+                f"{self.show('device_list', value)} must list distinct device ids, e.g. 0,1,2,3"
+            )
         return ids
 
     def name(self, field: str) -> str:

@@ -10,22 +10,43 @@ The ranks meet in devicekit's rendezvous.
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
-    PORT, check_below, check_device, listed_device, read_numbers, refuse_spawning, require,
-    to_host, to_int)
+    PORT,
+    check_below,
+    check_device,
+    listed_device,
+    read_numbers,
+    refuse_spawning,
+    require,
+    to_host,
+    to_int,
+)
 from devicekit.errors import UsageError
 
-_FIX = (": a PyTorchJob's training operator exports RANK, WORLD_SIZE, MASTER_ADDR and "
-        "MASTER_PORT to every pod")
+_FIX = (
+    ": a PyTorchJob's training operator exports RANK, WORLD_SIZE, MASTER_ADDR and "
+    "MASTER_PORT to every pod"
+)
 
 
 class PyTorchJob(LaunchEnvironment):
     name = "pytorchjob"
-    variables = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
-                 "KUBERNETES_SERVICE_HOST", "KUBERNETES_PORT", "PET_NPROC_PER_NODE")
+    variables = (
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "LOCAL_RANK",
+        "KUBERNETES_SERVICE_HOST",
+        "KUBERNETES_PORT",
+        "PET_NPROC_PER_NODE",
+    )
 
     def detect(self, environ, options):
-        return (("RANK" in environ or "WORLD_SIZE" in environ) and "LOCAL_RANK" not in environ
-                and ("KUBERNETES_SERVICE_HOST" in environ or "KUBERNETES_PORT" in environ))
+        return (
+            ("RANK" in environ or "WORLD_SIZE" in environ)
+            and "LOCAL_RANK" not in environ
+            and ("KUBERNETES_SERVICE_HOST" in environ or "KUBERNETES_PORT" in environ)
+        )
 
     def context(self, options, environ, kind):
         refuse_spawning(options)
@@ -35,17 +56,31 @@ class PyTorchJob(LaunchEnvironment):
             raise UsageError(
                 f"PET_NPROC_PER_NODE={per_pod}: this PyTorchJob runs {per_pod} processes per "
                 "pod, which torchrun starts: make the container's command `torchrun ...` "
-                "(it reads the PET_* variables), or set nprocPerNode to 1")
+                "(it reads the PET_* variables), or set nprocPerNode to 1"
+            )
         rank = require(values, "RANK", _FIX)
         world_size = require(values, "WORLD_SIZE", _FIX)
         for variable in ("MASTER_ADDR", "MASTER_PORT"):
             if not environ.get(variable):
                 raise UsageError(f"{variable} is not set" + _FIX)
-        check_below("RANK", rank, "WORLD_SIZE", world_size,
-                    f": ranks run from 0 to {world_size - 1}")
-        device_index = (listed_device(options, 0, "the local rank") if options.gpu is None
-                        else to_int(options.gpu, options.name("gpu")))
-        ctx = LaunchContext(self.name, rank, 0, world_size, 1, rank, world_size,
-                            to_host(environ["MASTER_ADDR"], "MASTER_ADDR"), values["MASTER_PORT"],
-                            device_index)
+        check_below(
+            "RANK", rank, "WORLD_SIZE", world_size, f": ranks run from 0 to {world_size - 1}"
+        )
+        device_index = (
+            listed_device(options, 0, "the local rank")
+            if options.gpu is None
+            else to_int(options.gpu, options.name("gpu"))
+        )
+        ctx = LaunchContext(
+            self.name,
+            rank,
+            0,
+            world_size,
+            1,
+            rank,
+            world_size,
+            to_host(environ["MASTER_ADDR"], "MASTER_ADDR"),
+            values["MASTER_PORT"],
+            device_index,
+        )
         return check_device(ctx, kind, options.name("gpu"))

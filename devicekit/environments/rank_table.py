@@ -22,7 +22,13 @@ from typing import List, Mapping, NamedTuple
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
-    DEFAULT_PORT, check_device, master, read_numbers, require, to_int)
+    DEFAULT_PORT,
+    check_device,
+    master,
+    read_numbers,
+    require,
+    to_int,
+)
 from devicekit.errors import UsageError
 from devicekit.kinds.visible import parse_ascend
 
@@ -44,8 +50,10 @@ def _get(container, key, location, label, expected=str):
         raise UsageError(f"{label}: {location} is missing")
     value = container[key]
     if expected is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise UsageError(f"{label}: {location} is {value!r}, a number: the rank table holds "
-                         f"strings, write \"{value}\"")
+        raise UsageError(
+            f"{label}: {location} is {value!r}, a number: the rank table holds "
+            f'strings, write "{value}"'
+        )
     if not isinstance(value, expected) or (expected is list and not value):
         shown = {str: "a string", list: "a non-empty list"}[expected]
         raise UsageError(f"{label}: {location} is {value!r}, not {shown}")
@@ -74,31 +82,38 @@ def read_rank_table(path: str) -> List[Server]:
     try:
         # Only a regular file: opening a FIFO would wait for a writer, /dev/zero never ends.
         if os.path.exists(path) and not os.path.isfile(path):
-            raise UsageError(f"{label} is not a file: point RANK_TABLE_FILE at the rank "
-                             "table JSON")
+            raise UsageError(f"{label} is not a file: point RANK_TABLE_FILE at the rank table JSON")
         with open(path, encoding="utf-8") as handle:
             table = json.load(handle)
     except OSError as error:
-        raise UsageError(f"{label} cannot be read ({error.strerror or error}): point "
-                         "RANK_TABLE_FILE at the rank table JSON") from None
+        raise UsageError(
+            f"{label} cannot be read ({error.strerror or error}): point "
+            "RANK_TABLE_FILE at the rank table JSON"
+        ) from None
     except (ValueError, UnicodeDecodeError) as error:
         where = f" at line {error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
-        raise UsageError(f"{label} is not valid JSON{where}: "
-                         f"{getattr(error, 'msg', error)}") from None
+        raise UsageError(
+            f"{label} is not valid JSON{where}: {getattr(error, 'msg', error)}"
+        ) from None
     except RecursionError:
         raise UsageError(f"{label} is not a rank table: its JSON nests too deeply") from None
     if not isinstance(table, dict):
-        raise UsageError(f"{label} holds {type(table).__name__}, not a JSON object with "
-                         "server_count and server_list")
+        raise UsageError(
+            f"{label} holds {type(table).__name__}, not a JSON object with "
+            "server_count and server_list"
+        )
     status = table.get("status", "completed")
     if status != "completed":
-        raise UsageError(f"{label} has status {status!r}: a rank table is usable once its "
-                         "status is \"completed\"")
+        raise UsageError(
+            f'{label} has status {status!r}: a rank table is usable once its status is "completed"'
+        )
     server_list = _get(table, "server_list", "server_list", label, list)
     server_count = _whole(table, "server_count", "server_count", label)
     if server_count != len(server_list):
-        raise UsageError(f"{label}: server_count is \"{server_count}\" but server_list has "
-                         f"{len(server_list)} server(s)")
+        raise UsageError(
+            f'{label}: server_count is "{server_count}" but server_list has '
+            f"{len(server_list)} server(s)"
+        )
     servers, seen = [], {}
     for s, entry in enumerate(server_list):
         at = f"server_list[{s}]"
@@ -112,25 +127,27 @@ def read_rank_table(path: str) -> List[Server]:
             _get(device, "device_ip", f"{where}.device_ip", label)
             rank = _whole(device, "rank_id", f"{where}.rank_id", label)
             if device_id in device_ids:
-                raise UsageError(f"{label}: {at} lists device_id \"{device_id}\" twice")
+                raise UsageError(f'{label}: {at} lists device_id "{device_id}" twice')
             if rank in seen:
-                raise UsageError(f"{label}: rank_id \"{rank}\" is listed twice ({seen[rank]} "
-                                 f"and {where})")
+                raise UsageError(
+                    f'{label}: rank_id "{rank}" is listed twice ({seen[rank]} and {where})'
+                )
             device_ids.add(device_id)
             seen[rank] = where
             devices.append((rank, device_id))
         servers.append(Server(host, sorted(devices)))
     missing = sorted(set(range(len(seen))) - set(seen))
     if missing:
-        raise UsageError(f"{label}: rank_id values must run from 0 to {len(seen) - 1}, but "
-                         f"\"{missing[0]}\" is not listed")
+        raise UsageError(
+            f"{label}: rank_id values must run from 0 to {len(seen) - 1}, but "
+            f'"{missing[0]}" is not listed'
+        )
     return servers
 
 
 class RankTable(LaunchEnvironment):
     name = "rank_table"
-    variables = ("RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 VISIBLE)
+    variables = ("RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE", "MASTER_ADDR", "MASTER_PORT", VISIBLE)
 
     def detect(self, environ, options):
         return "RANK_TABLE_FILE" in environ and "RANK_ID" in environ
@@ -142,25 +159,44 @@ class RankTable(LaunchEnvironment):
         servers = read_rank_table(path)
         world_size = sum(len(server.devices) for server in servers)
         if values.get("RANK_SIZE", world_size) != world_size:
-            raise UsageError(f"RANK_TABLE_FILE={path!r} lists {world_size} devices but "
-                             f"RANK_SIZE={values['RANK_SIZE']}: under a rank table RANK_SIZE "
-                             "is the number of ranks of all servers")
+            raise UsageError(
+                f"RANK_TABLE_FILE={path!r} lists {world_size} devices but "
+                f"RANK_SIZE={values['RANK_SIZE']}: under a rank table RANK_SIZE "
+                "is the number of ranks of all servers"
+            )
         if rank >= world_size:
-            raise UsageError(f"RANK_ID={rank} is not a rank_id of RANK_TABLE_FILE={path!r}: "
-                             f"its ranks run from 0 to {world_size - 1}")
-        node_rank, server = next((i, server) for i, server in enumerate(servers)
-                                 if any(r == rank for r, _ in server.devices))
-        local_rank, device_id = next((i, device) for i, (r, device)
-                                     in enumerate(server.devices) if r == rank)
+            raise UsageError(
+                f"RANK_ID={rank} is not a rank_id of RANK_TABLE_FILE={path!r}: "
+                f"its ranks run from 0 to {world_size - 1}"
+            )
+        node_rank, server = next(
+            (i, server)
+            for i, server in enumerate(servers)
+            if any(r == rank for r, _ in server.devices)
+        )
+        local_rank, device_id = next(
+            (i, device) for i, (r, device) in enumerate(server.devices) if r == rank
+        )
         if options.gpu is not None:
             device_index, source = to_int(options.gpu, options.name("gpu")), options.name("gpu")
         else:
             device_index, source = _visible_index(environ, device_id, rank), "device_id"
-        master_host = next(server.host for server in servers
-                           if any(r == 0 for r, _ in server.devices))
+        master_host = next(
+            server.host for server in servers if any(r == 0 for r, _ in server.devices)
+        )
         addr, port = master(options, environ, len(servers), DEFAULT_PORT, lambda: master_host)
-        ctx = LaunchContext(self.name, rank, local_rank, world_size, len(server.devices),
-                            node_rank, len(servers), addr, port, device_index)
+        ctx = LaunchContext(
+            self.name,
+            rank,
+            local_rank,
+            world_size,
+            len(server.devices),
+            node_rank,
+            len(servers),
+            addr,
+            port,
+            device_index,
+        )
         return check_device(ctx, kind, source)
 
 
@@ -171,6 +207,8 @@ def _visible_index(environ: Mapping[str, str], device_id: int, rank: int) -> int
         return device_id
     visible = parse_ascend(VISIBLE, environ[VISIBLE])
     if device_id not in visible:
-        raise UsageError(f"rank {rank} of the rank table uses device_id {device_id}, which "
-                         f"{VISIBLE}={environ[VISIBLE]!r} hides: list it there, or unset it")
+        raise UsageError(
+            f"rank {rank} of the rank table uses device_id {device_id}, which "
+            f"{VISIBLE}={environ[VISIBLE]!r} hides: list it there, or unset it"
+        )
     return visible.index(device_id)

@@ -43,8 +43,9 @@ def to_port(value, name: str) -> int:
     return port
 
 
-def read_numbers(environ: Mapping[str, str],
-                 rules: Mapping[str, Union[int, str]]) -> Dict[str, int]:
+def read_numbers(
+    environ: Mapping[str, str], rules: Mapping[str, Union[int, str]]
+) -> Dict[str, int]:
     """The variables of `rules` that are set, each checked in order against its rule (a
     minimum, or PORT). A set but malformed variable is named before any missing one, so
     the user fixes the mistake rather than a symptom. An empty port counts as unset."""
@@ -68,8 +69,10 @@ def to_host(value: str, name: str) -> str:
     """`value` as the master's address: a host name or an IP address has no blank and no
     control character (one would also break every message that shows the address)."""
     if not value.isprintable() or any(char.isspace() for char in value):
-        raise UsageError(f"{name}={value!r} is not a host name or IP address: set it to the "
-                         "address of node 0 (e.g. 10.0.0.1 or node01)")
+        raise UsageError(
+            f"{name}={value!r} is not a host name or IP address: set it to the "
+            "address of node 0 (e.g. 10.0.0.1 or node01)"
+        )
     return value
 
 
@@ -77,14 +80,17 @@ def parse_dist_url(url: str, name: str) -> Tuple[str, int]:
     """(host, port) of a tcp://HOST:PORT init method; `name` is what the error calls it."""
     match = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:([0-9]+)", url.strip())
     if not match:
-        raise UsageError(
-            f"{name} {url!r} is not understood: use tcp://HOST:PORT or env://")
+        raise UsageError(f"{name} {url!r} is not understood: use tcp://HOST:PORT or env://")
     return to_host(match.group(1), f"{name} host"), to_port(match.group(2), f"{name} port")
 
 
-def master(options: LaunchOptions, environ: Mapping[str, str], nnodes: int,
-           default_port: Optional[int],
-           node0: Callable[[], Optional[str]] = lambda: None) -> Tuple[str, int]:
+def master(
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    nnodes: int,
+    default_port: Optional[int],
+    node0: Callable[[], Optional[str]] = lambda: None,
+) -> Tuple[str, int]:
     """(addr, port) from the init method URL, addr/port options, MASTER_ADDR/MASTER_PORT,
     or else node 0 as the launcher tells it (`node0()`, asked only then) on several nodes
     and loopback on one. `default_port` None: a free port."""
@@ -109,7 +115,8 @@ def master(options: LaunchOptions, environ: Mapping[str, str], nnodes: int,
             raise UsageError(
                 f"a {nnodes}-node run needs the address of node 0: set MASTER_ADDR (or "
                 f"{options.name('addr')}, or {options.name('dist_url')} tcp://HOST:PORT); "
-                "devicekit uses loopback only on one node")
+                "devicekit uses loopback only on one node"
+            )
     if not addr:
         addr = LOOPBACK
     if port is None:
@@ -122,8 +129,10 @@ def listed_device(options: LaunchOptions, local_rank: int, source: str) -> int:
     if not options.device_list:
         return local_rank
     if local_rank >= len(options.device_list):
-        raise UsageError(f"{source}={local_rank} has no entry in {options.name('device_list')} "
-                         f"{','.join(map(str, options.device_list))}: list one device per process")
+        raise UsageError(
+            f"{source}={local_rank} has no entry in {options.name('device_list')} "
+            f"{','.join(map(str, options.device_list))}: list one device per process"
+        )
     return options.device_list[local_rank]
 
 
@@ -135,10 +144,15 @@ def check_device(ctx: LaunchContext, kind, source: str) -> LaunchContext:
     if ctx.device_index >= count:
         var = kind.visible_devices_env
         shown = f"{var}={os.environ[var]!r}" if var in os.environ else f"{var} unset"
-        name = f"{source} {ctx.device_index}" if source.startswith("--") else \
-            f"{source}={ctx.device_index!r}"
-        raise UsageError(f"{name} but only {count} {kind.name} device(s) are visible ({shown}): "
-                         f"use an index below {count}")
+        name = (
+            f"{source} {ctx.device_index}"
+            if source.startswith("--")
+            else f"{source}={ctx.device_index!r}"
+        )
+        raise UsageError(
+            f"{name} but only {count} {kind.name} device(s) are visible ({shown}): "
+            f"use an index below {count}"
+        )
     return ctx
 
 
@@ -148,16 +162,22 @@ def check_below(name: str, value: int, limit_name: str, limit: int, explain: str
         raise UsageError(f"{name}={value} is not below {limit_name}={limit}{explain}")
 
 
-def check_ranks(rank: int, world_size: int, local_rank: int, local_world_size: int,
-                names: Tuple[str, str, str, str]):
+def check_ranks(
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    local_world_size: int,
+    names: Tuple[str, str, str, str],
+):
     """Ranks below their sizes, and the same number of ranks on every node."""
     rank_name, world_name, local_name, local_world_name = names
-    check_below(rank_name, rank, world_name, world_size,
-                f": ranks run from 0 to {world_size - 1}")
+    check_below(rank_name, rank, world_name, world_size, f": ranks run from 0 to {world_size - 1}")
     check_below(local_name, local_rank, local_world_name, local_world_size)
     if world_size % local_world_size:
-        raise UsageError(f"{world_name}={world_size} is not a multiple of {local_world_name}="
-                         f"{local_world_size}: every node must run the same number of ranks")
+        raise UsageError(
+            f"{world_name}={world_size} is not a multiple of {local_world_name}="
+            f"{local_world_size}: every node must run the same number of ranks"
+        )
 
 
 def refuse_spawning(options: LaunchOptions):
@@ -166,33 +186,42 @@ def refuse_spawning(options: LaunchOptions):
         flag = options.name("multiprocessing_distributed")
         raise UsageError(
             f"{flag} was given but a launcher already started this process (RANK/WORLD_SIZE "
-            f"are set): drop {flag}, the launcher starts one process per device")
+            f"are set): drop {flag}, the launcher starts one process per device"
+        )
 
 
 def check_gpu_agrees(options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK"):
     """Under a launcher the device is the local rank: a different --gpu is a mistake."""
     if options.gpu is not None and options.gpu != local_rank:
-        raise UsageError(f"{options.show('gpu', options.gpu)} contradicts {variable}="
-                         f"{local_rank}: under a launcher leave out {options.name('gpu')}, "
-                         f"the device is {variable}")
+        raise UsageError(
+            f"{options.show('gpu', options.gpu)} contradicts {variable}="
+            f"{local_rank}: under a launcher leave out {options.name('gpu')}, "
+            f"the device is {variable}"
+        )
 
 
-def check_local_rank_agrees(options: LaunchOptions, local_rank: int,
-                            variable: str = "LOCAL_RANK"):
+def check_local_rank_agrees(options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK"):
     """The --local-rank argument a launcher appended must match what it exported."""
     if options.local_rank is not None and options.local_rank != local_rank:
-        raise UsageError(f"{options.show('local_rank', options.local_rank)} contradicts "
-                         f"{variable}={local_rank}: pass one of them")
+        raise UsageError(
+            f"{options.show('local_rank', options.local_rank)} contradicts "
+            f"{variable}={local_rank}: pass one of them"
+        )
 
 
 def nodes_from_options(options: LaunchOptions, when: str) -> Tuple[int, int]:
     """(nodes, node rank) when spawning: world_size and rank count nodes then."""
-    nnodes = 1 if options.world_size is None else to_int(options.world_size,
-                                                         options.name("world_size"), 1)
+    nnodes = (
+        1
+        if options.world_size is None
+        else to_int(options.world_size, options.name("world_size"), 1)
+    )
     node_rank = 0 if options.rank is None else to_int(options.rank, options.name("rank"))
     if node_rank >= nnodes:
-        raise UsageError(f"{options.show('rank', node_rank)} (the node rank {when}) is not "
-                         f"below {options.show('world_size', nnodes)} (the number of nodes)")
+        raise UsageError(
+            f"{options.show('rank', node_rank)} (the node rank {when}) is not "
+            f"below {options.show('world_size', nnodes)} (the number of nodes)"
+        )
     return nnodes, node_rank
 
 

@@ -17,11 +17,19 @@ from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.hostlist import first_host
 from devicekit.environments.reading import (
-    DEFAULT_PORT, PORT, check_below, check_device, count, master, read_numbers, require, to_int)
+    DEFAULT_PORT,
+    PORT,
+    check_below,
+    check_device,
+    count,
+    master,
+    read_numbers,
+    require,
+    to_int,
+)
 from devicekit.errors import UsageError
 
-_LAYOUT_VARIABLES = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
-                     "SLURM_NTASKS_PER_NODE")
+_LAYOUT_VARIABLES = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 _NODE_LISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
 _FIX = ": srun exports SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID to every task"
 PORT_BASE = 15000
@@ -33,10 +41,17 @@ def tasks_per_node(variable: str, value: str) -> List[Tuple[int, int]]:
     runs = []
     for item in value.split(","):
         match = re.fullmatch(r"\s*([0-9]+)(?:\(x([0-9]+)\))?\s*", item)
-        if not match or len(match.group(1)) > 18 or len(match.group(2) or "") > 18 or \
-                int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < 1):
-            raise UsageError(f"{variable}={value!r} is not Slurm's tasks-per-node form "
-                             "(e.g. 4, 4(x2) or 4(x2),3)")
+        if (
+            not match
+            or len(match.group(1)) > 18
+            or len(match.group(2) or "") > 18
+            or int(match.group(1)) < 1
+            or (match.group(2) and int(match.group(2)) < 1)
+        ):
+            raise UsageError(
+                f"{variable}={value!r} is not Slurm's tasks-per-node form "
+                "(e.g. 4, 4(x2) or 4(x2),3)"
+            )
         runs.append((int(match.group(1)), int(match.group(2) or 1)))
     return runs
 
@@ -81,48 +96,90 @@ def _node0(environ: Mapping[str, str]) -> Optional[str]:
 
 class Slurm(LaunchEnvironment):
     name = "slurm"
-    variables = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
-                 *_LAYOUT_VARIABLES, *_NODE_LISTS, "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT")
+    variables = (
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_LOCALID",
+        "SLURM_NODEID",
+        *_LAYOUT_VARIABLES,
+        *_NODE_LISTS,
+        "SLURM_JOB_ID",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    )
 
     def detect(self, environ, options):
         return count(environ, "SLURM_NTASKS") > 1 and "SLURM_PROCID" in environ
 
     def context(self, options, environ, kind):
-        values = read_numbers(environ, {"SLURM_PROCID": 0, "SLURM_NTASKS": 1,
-                                        "SLURM_LOCALID": 0, "SLURM_NODEID": 0,
-                                        "MASTER_PORT": PORT})
-        rank, world_size, local_rank = (require(values, name, _FIX) for name in
-                                        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
-        check_below("SLURM_PROCID", rank, "SLURM_NTASKS", world_size,
-                    f": ranks run from 0 to {world_size - 1}")
+        values = read_numbers(
+            environ,
+            {
+                "SLURM_PROCID": 0,
+                "SLURM_NTASKS": 1,
+                "SLURM_LOCALID": 0,
+                "SLURM_NODEID": 0,
+                "MASTER_PORT": PORT,
+            },
+        )
+        rank, world_size, local_rank = (
+            require(values, name, _FIX)
+            for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+        )
+        check_below(
+            "SLURM_PROCID",
+            rank,
+            "SLURM_NTASKS",
+            world_size,
+            f": ranks run from 0 to {world_size - 1}",
+        )
         layout = next((variable for variable in _LAYOUT_VARIABLES if environ.get(variable)), None)
         runs = [(world_size, 1)] if layout is None else tasks_per_node(layout, environ[layout])
         if _nodes(runs) == 1:
             # One count: every node runs that many tasks.
             tasks = runs[0][0]
             if world_size % tasks:
-                raise UsageError(f"SLURM_NTASKS={world_size} is not a multiple of {layout}="
-                                 f"{tasks}: every node must run the same number of ranks")
+                raise UsageError(
+                    f"SLURM_NTASKS={world_size} is not a multiple of {layout}="
+                    f"{tasks}: every node must run the same number of ranks"
+                )
             runs = [(tasks, world_size // tasks)]
         elif sum(tasks * nodes for tasks, nodes in runs) != world_size:
-            raise UsageError(f"{layout}={environ[layout]!r} adds up to "
-                             f"{sum(tasks * nodes for tasks, nodes in runs)} tasks but "
-                             f"SLURM_NTASKS={world_size}")
+            raise UsageError(
+                f"{layout}={environ[layout]!r} adds up to "
+                f"{sum(tasks * nodes for tasks, nodes in runs)} tasks but "
+                f"SLURM_NTASKS={world_size}"
+            )
         nnodes = _nodes(runs)
         node_rank = values.get("SLURM_NODEID")
         if node_rank is None:  # block distribution, Slurm's default
             node_rank = _node_of(runs, rank)
         if node_rank >= nnodes:
-            told = (f"{layout}={environ[layout]!r} describes" if layout else
-                    "SLURM_NTASKS alone describes (no tasks-per-node variable is set)")
-            raise UsageError(f"SLURM_NODEID={node_rank} is not below the {nnodes} node(s) "
-                             f"that {told}")
+            told = (
+                f"{layout}={environ[layout]!r} describes"
+                if layout
+                else "SLURM_NTASKS alone describes (no tasks-per-node variable is set)"
+            )
+            raise UsageError(
+                f"SLURM_NODEID={node_rank} is not below the {nnodes} node(s) that {told}"
+            )
         local_world_size = _tasks_of(runs, node_rank)
         if local_rank >= local_world_size:
-            raise UsageError(f"SLURM_LOCALID={local_rank} is not below the {local_world_size} "
-                             f"task(s) of node {node_rank}")
-        addr, port = master(options, environ, nnodes, job_port(environ),
-                            lambda: _node0(environ))
-        ctx = LaunchContext(self.name, rank, local_rank, world_size, local_world_size,
-                            node_rank, nnodes, addr, port, local_rank)
+            raise UsageError(
+                f"SLURM_LOCALID={local_rank} is not below the {local_world_size} "
+                f"task(s) of node {node_rank}"
+            )
+        addr, port = master(options, environ, nnodes, job_port(environ), lambda: _node0(environ))
+        ctx = LaunchContext(
+            self.name,
+            rank,
+            local_rank,
+            world_size,
+            local_world_size,
+            node_rank,
+            nnodes,
+            addr,
+            port,
+            local_rank,
+        )
         return check_device(ctx, kind, "SLURM_LOCALID")

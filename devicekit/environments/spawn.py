@@ -7,8 +7,7 @@ devicekit's rendezvous."""
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
-from devicekit.environments.reading import (
-    DEFAULT_PORT, master, nodes_from_options, to_int)
+from devicekit.environments.reading import DEFAULT_PORT, master, nodes_from_options, to_int
 from devicekit.errors import UsageError
 
 
@@ -25,19 +24,27 @@ class Spawn(LaunchEnvironment):
             nprocs = len(options.device_list)
             listed = ",".join(map(str, options.device_list))
             if options.nproc_per_node not in (None, nprocs):
-                raise UsageError(f"{options.show('nproc_per_node', options.nproc_per_node)} "
-                                 f"disagrees with the {nprocs} ids of "
-                                 f"{options.name('device_list')} {listed}: give one of them")
-            if kind is not None and kind.is_accelerator and \
-                    max(options.device_list) >= kind.device_count():
-                raise UsageError(f"{options.name('device_list')} {listed} names a device beyond "
-                                 f"the {kind.device_count()} visible {kind.name} device(s)")
+                raise UsageError(
+                    f"{options.show('nproc_per_node', options.nproc_per_node)} "
+                    f"disagrees with the {nprocs} ids of "
+                    f"{options.name('device_list')} {listed}: give one of them"
+                )
+            if (
+                kind is not None
+                and kind.is_accelerator
+                and max(options.device_list) >= kind.device_count()
+            ):
+                raise UsageError(
+                    f"{options.name('device_list')} {listed} names a device beyond "
+                    f"the {kind.device_count()} visible {kind.name} device(s)"
+                )
         elif options.nproc_per_node is not None:
             nprocs = to_int(options.nproc_per_node, options.name("nproc_per_node"), 1)
             if kind is not None and kind.is_accelerator and nprocs > kind.device_count():
                 raise UsageError(
                     f"{options.show('nproc_per_node', nprocs)} exceeds the {kind.device_count()} "
-                    f"visible {kind.name} device(s): use at most {kind.device_count()}")
+                    f"visible {kind.name} device(s): use at most {kind.device_count()}"
+                )
         elif kind is not None:
             nprocs = kind.default_ranks_per_node()
         else:
@@ -45,6 +52,16 @@ class Spawn(LaunchEnvironment):
         nnodes, node_rank = nodes_from_options(options, "when spawning")
         addr, port = master(options, environ, nnodes, None if nnodes == 1 else DEFAULT_PORT)
         device_list = tuple(options.device_list) if options.device_list else None
-        return LaunchContext(self.name, node_rank * nprocs, 0, nnodes * nprocs, nprocs,
-                             node_rank, nnodes, addr, port,
-                             device_list[0] if device_list else 0, device_list)
+        return LaunchContext(
+            self.name,
+            node_rank * nprocs,
+            0,
+            nnodes * nprocs,
+            nprocs,
+            node_rank,
+            nnodes,
+            addr,
+            port,
+            device_list[0] if device_list else 0,
+            device_list,
+        )

@@ -12,14 +12,33 @@ from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
-    PORT, check_device, check_gpu_agrees, check_local_rank_agrees, check_ranks, listed_device,
-    read_numbers, refuse_spawning, require, to_host)
+    PORT,
+    check_device,
+    check_gpu_agrees,
+    check_local_rank_agrees,
+    check_ranks,
+    listed_device,
+    read_numbers,
+    refuse_spawning,
+    require,
+    to_host,
+)
 from devicekit.errors import UsageError
 
-RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                  "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
-_FIX = (": the launcher must export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
-        "MASTER_PORT (torchrun does)")
+RANK_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+_FIX = (
+    ": the launcher must export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
+    "MASTER_PORT (torchrun does)"
+)
 
 
 def has_rank_variables(environ: Mapping[str, str]) -> bool:
@@ -28,13 +47,23 @@ def has_rank_variables(environ: Mapping[str, str]) -> bool:
     return any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
-def rank_variables_context(name: str, launcher_store: bool, options: LaunchOptions,
-                           environ: Mapping[str, str], kind) -> LaunchContext:
+def rank_variables_context(
+    name: str, launcher_store: bool, options: LaunchOptions, environ: Mapping[str, str], kind
+) -> LaunchContext:
     """The context torchrun's variables describe, as environment `name`."""
     refuse_spawning(options)
-    values = read_numbers(environ, {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0,
-                                    "LOCAL_WORLD_SIZE": 1, "GROUP_RANK": 0, "NODE_RANK": 0,
-                                    "MASTER_PORT": PORT})
+    values = read_numbers(
+        environ,
+        {
+            "RANK": 0,
+            "WORLD_SIZE": 1,
+            "LOCAL_RANK": 0,
+            "LOCAL_WORLD_SIZE": 1,
+            "GROUP_RANK": 0,
+            "NODE_RANK": 0,
+            "MASTER_PORT": PORT,
+        },
+    )
     rank = require(values, "RANK", _FIX)
     world_size = require(values, "WORLD_SIZE", _FIX)
     local_name = "LOCAL_RANK"
@@ -49,25 +78,42 @@ def rank_variables_context(name: str, launcher_store: bool, options: LaunchOptio
         if not environ.get(variable):
             raise UsageError(f"{variable} is not set" + _FIX)
     local_world_size = values.get("LOCAL_WORLD_SIZE", world_size)
-    check_ranks(rank, world_size, local_rank, local_world_size,
-                ("RANK", "WORLD_SIZE", local_name, "LOCAL_WORLD_SIZE"))
+    check_ranks(
+        rank,
+        world_size,
+        local_rank,
+        local_world_size,
+        ("RANK", "WORLD_SIZE", local_name, "LOCAL_WORLD_SIZE"),
+    )
     nnodes = world_size // local_world_size
     node_rank = rank // local_world_size
     for variable in ("GROUP_RANK", "NODE_RANK"):
         if variable in values:
             node_rank = values[variable]
             if node_rank >= nnodes:
-                raise UsageError(f"{variable}={node_rank} is not below the {nnodes} node(s) "
-                                 f"of WORLD_SIZE={world_size} / LOCAL_WORLD_SIZE="
-                                 f"{local_world_size}: node ranks run from 0 to {nnodes - 1}")
+                raise UsageError(
+                    f"{variable}={node_rank} is not below the {nnodes} node(s) "
+                    f"of WORLD_SIZE={world_size} / LOCAL_WORLD_SIZE="
+                    f"{local_world_size}: node ranks run from 0 to {nnodes - 1}"
+                )
             break
     check_gpu_agrees(options, local_rank)
-    ctx = LaunchContext(name, rank, local_rank, world_size, local_world_size, node_rank,
-                        nnodes, to_host(environ["MASTER_ADDR"], "MASTER_ADDR"),
-                        values["MASTER_PORT"], listed_device(options, local_rank, "LOCAL_RANK"),
-                        launcher_store=launcher_store)
-    return check_device(ctx, kind, "LOCAL_RANK" if not options.device_list
-                        else options.name("device_list"))
+    ctx = LaunchContext(
+        name,
+        rank,
+        local_rank,
+        world_size,
+        local_world_size,
+        node_rank,
+        nnodes,
+        to_host(environ["MASTER_ADDR"], "MASTER_ADDR"),
+        values["MASTER_PORT"],
+        listed_device(options, local_rank, "LOCAL_RANK"),
+        launcher_store=launcher_store,
+    )
+    return check_device(
+        ctx, kind, "LOCAL_RANK" if not options.device_list else options.name("device_list")
+    )
 
 
 class Torchrun(LaunchEnvironment):

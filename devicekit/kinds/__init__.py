@@ -14,7 +14,8 @@ from devicekit.kinds.xpu import XpuKind
 # transfer_to_npu shim makes CUDA look present on an NPU machine; the CPU, always usable,
 # last.
 _REGISTRY: Dict[str, DeviceKind] = {
-    kind.name: kind for kind in (NpuKind(), CudaKind(), XpuKind(), CpuKind())}
+    kind.name: kind for kind in (NpuKind(), CudaKind(), XpuKind(), CpuKind())
+}
 
 ALIASES = {"gpu": "cuda"}
 
@@ -37,8 +38,9 @@ def get(name: str, label: Optional[str] = None) -> DeviceKind:
         return _REGISTRY[key]
     except KeyError:
         choices = ", ".join(device_choices())
-        raise UsageError(f"{label or repr(name)}: unknown device {name!r}: choose one of "
-                         f"{choices}") from None
+        raise UsageError(
+            f"{label or repr(name)}: unknown device {name!r}: choose one of {choices}"
+        ) from None
 
 
 def register_kind(kind: DeviceKind, *, before: Optional[str] = None) -> None:
@@ -54,17 +56,22 @@ def register_kind(kind: DeviceKind, *, before: Optional[str] = None) -> None:
         raise TypeError(f"register_kind() takes a devicekit DeviceKind, not {kind!r}")
     name = kind.name
     if not name or name != name.lower() or name == "auto" or name in ALIASES:
-        raise UsageError(f"register_kind(): {type(kind).__name__}.name={name!r} must be a "
-                         f"lower-case device type other than auto and {', '.join(ALIASES)}")
+        raise UsageError(
+            f"register_kind(): {type(kind).__name__}.name={name!r} must be a "
+            f"lower-case device type other than auto and {', '.join(ALIASES)}"
+        )
     if name in _REGISTRY:
         if type(_REGISTRY[name]) is type(kind):
             return
-        raise UsageError(f"register_kind(): a device kind named {name!r} is registered "
-                         f"already ({type(_REGISTRY[name]).__name__})")
+        raise UsageError(
+            f"register_kind(): a device kind named {name!r} is registered "
+            f"already ({type(_REGISTRY[name]).__name__})"
+        )
     before = "cpu" if before is None else before
     if before not in _REGISTRY:
-        raise UsageError(f"register_kind(before={before!r}): no such kind; choose one of "
-                         f"{', '.join(names())}")
+        raise UsageError(
+            f"register_kind(before={before!r}): no such kind; choose one of {', '.join(names())}"
+        )
     entries = list(_REGISTRY.items())
     at = names().index(before)
     _REGISTRY.clear()
@@ -74,9 +81,18 @@ def register_kind(kind: DeviceKind, *, before: Optional[str] = None) -> None:
 def backend_owner(backend: str) -> Optional[str]:
     """Who a collective backend is for ("NVIDIA GPUs" for nccl), or None when no
     registered kind uses it."""
-    return next((kind.backend_owner for kind in _REGISTRY.values()
-                 if kind.default_backend == backend), None)
+    return next(
+        (kind.backend_owner for kind in _REGISTRY.values() if kind.default_backend == backend), None
+    )
 
 
-__all__ = ["ALIASES", "AcceleratorKind", "DeviceKind", "backend_owner", "device_choices", "get",
-           "names", "register_kind"]
+__all__ = [
+    "ALIASES",
+    "AcceleratorKind",
+    "DeviceKind",
+    "backend_owner",
+    "device_choices",
+    "get",
+    "names",
+    "register_kind",
+]

@@ -8,8 +8,13 @@ import torch
 
 from devicekit.errors import UsageError
 
-_DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 
 
 class DeviceKind(abc.ABC):
@@ -71,8 +76,9 @@ class DeviceKind(abc.ABC):
     def set_device(self, index: int) -> None:
         """Make local device `index` this process's current device."""
 
-    def configure_host_threads(self, local_world_size: int,
-                               environ: Mapping[str, str]) -> Optional[int]:
+    def configure_host_threads(
+        self, local_world_size: int, environ: Mapping[str, str]
+    ) -> Optional[int]:
         """Set the host threads of one of `local_world_size` processes on this node; the
         number of compute threads when they do the training (CPU), else None."""
         return None
@@ -141,8 +147,7 @@ class DeviceKind(abc.ABC):
         try:
             return _DTYPES[str(requested).lower()]
         except KeyError:
-            raise UsageError(
-                f"unknown AMP dtype {requested!r}: use float16 or bfloat16") from None
+            raise UsageError(f"unknown AMP dtype {requested!r}: use float16 or bfloat16") from None
 
     def default_amp(self) -> bool:
         """Whether mixed precision is on when the user does not say (where it was measured
@@ -173,16 +178,22 @@ class DeviceKind(abc.ABC):
     # -- profiling ------------------------------------------------------------------
     profiler_activities: Tuple[str, ...] = ("CPU",)  # torch.profiler.ProfilerActivity's
 
-    def profiler(self, output_dir: str, wait: int, warmup: int, active: int, repeat: int,
-                 **options) -> torch.profiler.profile:
+    def profiler(
+        self, output_dir: str, wait: int, warmup: int, active: int, repeat: int, **options
+    ) -> torch.profiler.profile:
         """torch.profiler over this kind's activities on a `wait/warmup/active` schedule,
         writing a trace (TensorBoard's profiler view and Perfetto open it) to `output_dir`."""
-        activities = [getattr(torch.profiler.ProfilerActivity, name)
-                      for name in self.profiler_activities]
+        activities = [
+            getattr(torch.profiler.ProfilerActivity, name) for name in self.profiler_activities
+        ]
         return torch.profiler.profile(
-            activities=activities, on_trace_ready=torch.profiler.tensorboard_trace_handler(
-                output_dir), schedule=torch.profiler.schedule(
-                wait=wait, warmup=warmup, active=active, repeat=repeat), **options)
+            activities=activities,
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(output_dir),
+            schedule=torch.profiler.schedule(
+                wait=wait, warmup=warmup, active=active, repeat=repeat
+            ),
+            **options,
+        )
 
 
 class AcceleratorKind(DeviceKind):
@@ -215,13 +226,17 @@ class AcceleratorKind(DeviceKind):
         # machine.
         found = self.accelerator_type()
         if found != self.name:
-            return False, (f"this torch has no {self.display_name} support "
-                           f"(torch.accelerator reports {found}); {self.install_hint}")
+            return False, (
+                f"this torch has no {self.display_name} support "
+                f"(torch.accelerator reports {found}); {self.install_hint}"
+            )
         self.visible_devices(os.environ)
         if self.module.device_count() == 0:
             var = self.visible_devices_env
-            return False, (f"no {self.device_noun} is visible ({var}={os.environ.get(var)!r}); "
-                           f"{self.check_hint}")
+            return False, (
+                f"no {self.device_noun} is visible ({var}={os.environ.get(var)!r}); "
+                f"{self.check_hint}"
+            )
         return True, ""
 
     def device_count(self) -> int:

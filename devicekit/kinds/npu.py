@@ -48,23 +48,29 @@ def cann_install(environ: Mapping[str, str]) -> Dict[str, Optional[str]]:
     where set_env.sh points (ASCEND_TOOLKIT_HOME, ASCEND_HOME_PATH), then under the
     Install_Path of /etc/Ascend/ascend_cann_install.info, /usr/local/Ascend and ~/Ascend
     (ascend-toolkit/latest up to CANN 8, cann from 8.5)."""
-    roots = [(environ[var], var) for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
-             if environ.get(var)]
+    roots = [
+        (environ[var], var)
+        for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
+        if environ.get(var)
+    ]
     install_path = _info_value(CANN_INSTALL_INFO, "Install_Path")
     bases = ([(install_path, CANN_INSTALL_INFO)] if install_path else []) + [
         ("/usr/local/Ascend", "the default location"),
-        (os.path.expanduser("~/Ascend"), "the default location")]
+        (os.path.expanduser("~/Ascend"), "the default location"),
+    ]
     for base, found_by in bases:
-        roots += [(os.path.join(base, "ascend-toolkit", "latest"), found_by),
-                  (os.path.join(base, "cann"), found_by)]
+        roots += [
+            (os.path.join(base, "ascend-toolkit", "latest"), found_by),
+            (os.path.join(base, "cann"), found_by),
+        ]
     arch = f"{platform.machine()}-linux"
     for root, found_by in roots:
         for folder in (root, os.path.join(root, "latest")):
-            version = _info_value(os.path.join(folder, arch, "ascend_toolkit_install.info"),
-                                  "version")
+            version = _info_value(
+                os.path.join(folder, arch, "ascend_toolkit_install.info"), "version"
+            )
             if version:
-                return {"version": version, "path": os.path.realpath(folder),
-                        "found_by": found_by}
+                return {"version": version, "path": os.path.realpath(folder), "found_by": found_by}
     return {"version": None, "path": None, "found_by": None}
 
 
@@ -101,8 +107,10 @@ def jit_compile_override(environ: Mapping[str, str]) -> Optional[bool]:
     if value is None:
         return None
     if value.strip() not in ("0", "1"):
-        raise UsageError(f"{JIT_COMPILE_ENV}={value!r} must be 0 (binary kernels) or 1 "
-                         "(kernels compiled on line), or unset (devicekit's choice per chip)")
+        raise UsageError(
+            f"{JIT_COMPILE_ENV}={value!r} must be 0 (binary kernels) or 1 "
+            "(kernels compiled on line), or unset (devicekit's choice per chip)"
+        )
     return value.strip() == "1"
 
 
@@ -132,8 +140,11 @@ class NpuKind(AcceleratorKind):
     def is_installed(cls):
         """Whether torch_npu can be found (without importing it), or torch has the npu
         device already."""
-        return ("torch_npu" in sys.modules or cls.is_registered()
-                or importlib.util.find_spec("torch_npu") is not None)
+        return (
+            "torch_npu" in sys.modules
+            or cls.is_registered()
+            or importlib.util.find_spec("torch_npu") is not None
+        )
 
     def worth_a_warning_when_skipped(self):
         return self.is_installed()
@@ -149,7 +160,8 @@ class NpuKind(AcceleratorKind):
             return "not installed", (
                 "torch_npu is not installed; install the release that matches "
                 f"torch {torch.__version__.split('+')[0]}: {self.install_hint} "
-                f"(or pip install torch-npu=={torch.__version__.split('+')[0]})")
+                f"(or pip install torch-npu=={torch.__version__.split('+')[0]})"
+            )
         try:
             import torch_npu  # noqa: F401  (registers torch.npu and the hccl backend)
         except ImportError as error:
@@ -157,10 +169,14 @@ class NpuKind(AcceleratorKind):
             # Only the loader's "not found" means CANN is off the library path; an
             # "undefined symbol" in a .so found is a version mismatch, not a missing CANN.
             if ".so" in missing and "cannot open shared object file" in str(error):
-                self._load_error = ("CANN missing", (
-                    f"torch_npu is installed but the CANN libraries are not "
-                    f"on the library path ({missing} not found): run `source {CANN_SET_ENV}` "
-                    "(or your CANN install's set_env.sh) in this shell first"))
+                self._load_error = (
+                    "CANN missing",
+                    (
+                        f"torch_npu is installed but the CANN libraries are not "
+                        f"on the library path ({missing} not found): run `source {CANN_SET_ENV}` "
+                        "(or your CANN install's set_env.sh) in this shell first"
+                    ),
+                )
             else:
                 self._load_error = ("import failed", f"import torch_npu failed: {error}")
             return self._load_error
@@ -184,7 +200,8 @@ class NpuKind(AcceleratorKind):
             return False, (
                 f"torch_npu loaded but no NPU is usable "
                 f"({self.visible_devices_env}={shown!r}); check `npu-smi info` and that no "
-                "stale process holds the devices")
+                "stale process holds the devices"
+            )
         return True, ""
 
     def prepare_process_group(self, timeout_s, environ):
@@ -225,9 +242,13 @@ class NpuKind(AcceleratorKind):
         import torch_npu.profiler
 
         return torch_npu.profiler.profile(
-            activities=[torch_npu.profiler.ProfilerActivity.CPU,
-                        torch_npu.profiler.ProfilerActivity.NPU],
-            schedule=torch_npu.profiler.schedule(wait=wait, warmup=warmup, active=active,
-                                                 repeat=repeat),
+            activities=[
+                torch_npu.profiler.ProfilerActivity.CPU,
+                torch_npu.profiler.ProfilerActivity.NPU,
+            ],
+            schedule=torch_npu.profiler.schedule(
+                wait=wait, warmup=warmup, active=active, repeat=repeat
+            ),
             on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(output_dir),
-            **options)
+            **options,
+        )

@@ -23,7 +23,8 @@ def split_entries(var, value):
     if "" in entries:
         raise UsageError(
             f"{var}={value!r} has an empty entry: write device ids separated by single "
-            f"commas, e.g. {var}=0,1")
+            f"commas, e.g. {var}=0,1"
+        )
     return entries
 
 
@@ -31,11 +32,13 @@ def check_distinct(var, value, entries):
     """UsageError when a device is listed twice (`1` and `01` are the same device)."""
     seen = set()
     for entry in entries:
-        key = tuple(map(int, entry.split("."))) if re.fullmatch(r"[0-9.]+", entry) and \
-            all(entry.split(".")) else entry
+        key = (
+            tuple(map(int, entry.split(".")))
+            if re.fullmatch(r"[0-9.]+", entry) and all(entry.split("."))
+            else entry
+        )
         if key in seen:
-            raise UsageError(
-                f"{var}={value!r} lists device {entry} twice: list each device once")
+            raise UsageError(f"{var}={value!r} lists device {entry} twice: list each device once")
         seen.add(key)
 
 
@@ -50,13 +53,15 @@ def parse_ascend(var, value):
         if not is_device_id(entry):
             raise UsageError(
                 f"{var}={value!r}: {entry!r} is not a device id; use non-negative integers "
-                f"separated by commas, e.g. {var}=0,1,2,3")
+                f"separated by commas, e.g. {var}=0,1,2,3"
+            )
     check_distinct(var, value, entries)
     ids = [int(entry) for entry in entries]
     if ids != sorted(ids):
         raise UsageError(
             f"{var}={value!r} is not in ascending order, which the Ascend runtime rejects "
-            f"(it then reports no NPU): write {var}={','.join(map(str, sorted(ids)))}")
+            f"(it then reports no NPU): write {var}={','.join(map(str, sorted(ids)))}"
+        )
     return ids
 
 
@@ -67,6 +72,7 @@ def parse_cuda(var, value):
         if not (is_device_id(entry) or _UUID.fullmatch(entry)):
             raise UsageError(
                 f"{var}={value!r}: {entry!r} is not a device id or GPU-/MIG- UUID; "
-                f"CUDA ignores every device from there on. Use e.g. {var}=0,1")
+                f"CUDA ignores every device from there on. Use e.g. {var}=0,1"
+            )
     check_distinct(var, value, entries)
     return [int(entry) if is_device_id(entry) else entry for entry in entries]

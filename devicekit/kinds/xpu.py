@@ -18,8 +18,10 @@ def parse_affinity_mask(var, value):
     entries = split_entries(var, value)
     for entry in entries:
         if not _ENTRY.fullmatch(entry):
-            raise UsageError(f"{var}={value!r}: {entry!r} is not a device (N) or a tile of "
-                             f"one (N.M); Level Zero then hides devices. Use e.g. {var}=0,1")
+            raise UsageError(
+                f"{var}={value!r}: {entry!r} is not a device (N) or a tile of "
+                f"one (N.M); Level Zero then hides devices. Use e.g. {var}=0,1"
+            )
     check_distinct(var, value, entries)
     return [int(entry) if is_device_id(entry) else entry for entry in entries]
 

@@ -18,8 +18,9 @@ def is_accelerator_name(node: cst.CSTNode) -> bool:
     return string_value(node) in ACCELERATOR_TYPES
 
 
-_ACCELERATOR_TYPE = m.Call(func=m.Attribute(value=m.Name("devicekit"),
-                                            attr=m.Name("accelerator_type")))
+_ACCELERATOR_TYPE = m.Call(
+    func=m.Attribute(value=m.Name("devicekit"), attr=m.Name("accelerator_type"))
+)
 
 
 def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> bool:
@@ -29,16 +30,24 @@ def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         operator, left = test.comparisons[0].operator, test.left
         right = test.comparisons[0].comparator
-        return (isinstance(operator, cst.Equal) and any(
-            is_accelerator_name(side) or m.matches(side, _ACCELERATOR_TYPE)
-            for side in (left, right))) or \
-            (isinstance(operator, cst.In) and is_accelerator_name(left))
+        return (
+            isinstance(operator, cst.Equal)
+            and any(
+                is_accelerator_name(side) or m.matches(side, _ACCELERATOR_TYPE)
+                for side in (left, right)
+            )
+        ) or (isinstance(operator, cst.In) and is_accelerator_name(left))
     if isinstance(test, cst.Call):
-        if m.matches(test.func, m.Attribute(attr=m.Name("startswith"))) and \
-                len(test.args) == 1 and is_accelerator_name(test.args[0].value):
+        if (
+            m.matches(test.func, m.Attribute(attr=m.Name("startswith")))
+            and len(test.args) == 1
+            and is_accelerator_name(test.args[0].value)
+        ):
             return True
-        return bool(port.qualified(test.func) & {
-            "torch.cuda.is_available", "devicekit.is_available", "devicekit.is_accelerator"})
+        return bool(
+            port.qualified(test.func)
+            & {"torch.cuda.is_available", "devicekit.is_available", "devicekit.is_accelerator"}
+        )
     return False
 
 
@@ -47,8 +56,11 @@ def guarded_by_accelerator(port: "PortTransformer", node: cst.CSTNode) -> bool:
     `if <accelerator test>:` (so an accelerator is there when it runs)."""
     child, parent = node, port.parent(node)
     while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
-        if isinstance(parent, cst.If) and parent.body is child and \
-                asks_for_accelerator(port, parent.test):
+        if (
+            isinstance(parent, cst.If)
+            and parent.body is child
+            and asks_for_accelerator(port, parent.test)
+        ):
             return True
         child, parent = parent, port.parent(parent)
     return False
@@ -72,6 +84,8 @@ def guards_device_only_code(port: "PortTransformer", node: cst.CSTNode) -> bool:
     body = _guarded_body(port, node)
     if body is None:
         return False
-    return any(names.is_device_only(name)
-               for found in m.findall(body, m.Name() | m.Attribute())
-               for name in port.written(found))
+    return any(
+        names.is_device_only(name)
+        for found in m.findall(body, m.Name() | m.Attribute())
+        for name in port.written(found)
+    )

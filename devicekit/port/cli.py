@@ -35,8 +35,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line on stderr and exit code 2."""
 
     def error(self, message):
-        print(f"{self.prog}: error: {one_line(message)} (see: {self.prog} --help)",
-              file=sys.stderr, flush=True)
+        print(
+            f"{self.prog}: error: {one_line(message)} (see: {self.prog} --help)",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_USAGE)
 
 
@@ -44,15 +47,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="devicekit port",
         description="Rewrite CUDA-only PyTorch scripts onto devicekit, so that they run on "
-                    "NVIDIA GPUs, Ascend NPUs and CPUs. Prints a unified diff and a summary "
-                    "unless told to write.")
+        "NVIDIA GPUs, Ascend NPUs and CPUs. Prints a unified diff and a summary "
+        "unless told to write.",
+    )
     parser.add_argument("paths", nargs="+", metavar="PATH", help=".py files or folders of them")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the files in place")
-    mode.add_argument("--out", metavar="DIR",
-                      help="write ported copies of every file under DIR, keeping the layout")
-    mode.add_argument("--check", action="store_true",
-                      help="change nothing; exit 1 when CUDA-only code remains")
+    mode.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write ported copies of every file under DIR, keeping the layout",
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 when CUDA-only code remains"
+    )
     parser.add_argument("--report", metavar="FILE.json", help="also write a JSON report")
     return parser
 
@@ -60,10 +68,18 @@ def _parser() -> argparse.ArgumentParser:
 def _python_files(root: Path) -> List[Path]:
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
-                         and not (Path(folder, d) / "pyvenv.cfg").exists())
-        found += [Path(folder, f) for f in sorted(files)
-                  if f.endswith(".py") and not _special(Path(folder, f))]
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIPPED_DIRS
+            and not (Path(folder, d) / "pyvenv.cfg").exists()
+        )
+        found += [
+            Path(folder, f)
+            for f in sorted(files)
+            if f.endswith(".py") and not _special(Path(folder, f))
+        ]
     return found
 
 
@@ -86,8 +102,9 @@ def collect(paths: Sequence[str]) -> List[Tuple[Path, Path]]:
             if not path.exists():
                 raise BadInput(f"{text}: no such file or directory")
         except (OSError, ValueError) as error:  # a NUL in the name, a name too long
-            raise BadInput(f"{text}: not a usable path "
-                           f"({getattr(error, 'strerror', None) or error})") from None
+            raise BadInput(
+                f"{text}: not a usable path ({getattr(error, 'strerror', None) or error})"
+            ) from None
         if path.is_dir():
             files = _python_files(path)
             if not files:
@@ -158,8 +175,10 @@ def _diff(path: str, before: bytes, after: bytes, encoding: str) -> str:
     old = [line.decode(encoding, errors="replace") for line in before.splitlines(True)]
     new = [line.decode(encoding, errors="replace") for line in after.splitlines(True)]
     lines = list(difflib.unified_diff(old, new, fromfile=path, tofile=path))
-    return "".join(line if line.endswith(("\n", "\r")) else
-                   line + "\n\\ No newline at end of file\n" for line in lines)
+    return "".join(
+        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+        for line in lines
+    )
 
 
 class _Ported(NamedTuple):
@@ -192,14 +211,14 @@ def _writable(text: str, flag: str, folder: bool = False) -> Path:
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise BadInput(f"{text}: {flag} cannot be written: {existing} is not a writable "
-                           "folder")
+            raise BadInput(f"{text}: {flag} cannot be written: {existing} is not a writable folder")
         longest = os.pathconf(existing, "PC_NAME_MAX")
         if any(len(os.fsencode(part)) > longest for part in path.parts):
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
     except (OSError, ValueError) as error:  # a NUL in the name, a name too long
-        raise BadInput(f"{text}: {flag} is not a usable path "
-                       f"({getattr(error, 'strerror', None) or error})") from None
+        raise BadInput(
+            f"{text}: {flag} is not a usable path ({getattr(error, 'strerror', None) or error})"
+        ) from None
     return path
 
 
@@ -219,13 +238,16 @@ def run(args: argparse.Namespace) -> int:
     if report_path is not None and report_path.resolve() in {f.resolve() for f, *_ in files}:
         raise BadInput(f"{args.report}: --report would overwrite an input")
     if report_path is not None and report_path.suffix == ".py":  # `--report a.py b.py`
-        raise BadInput(f"{args.report}: --report would write JSON over a Python file: name "
-                       "a .json file")
+        raise BadInput(
+            f"{args.report}: --report would write JSON over a Python file: name a .json file"
+        )
     if args.out is not None:
         out = _writable(args.out, "--out", folder=True).resolve()
         if report_path is not None and report_path.resolve() in (out, *out.parents):
-            raise BadInput(f"{args.report}: --report would stand where --out {args.out} "
-                           "writes a folder: name a file outside it, or in it")
+            raise BadInput(
+                f"{args.report}: --report would stand where --out {args.out} "
+                "writes a folder: name a file outside it, or in it"
+            )
     destinations = _destinations(files, args.out)
     results = []
     for file, _, source, module in files:
@@ -236,8 +258,10 @@ def run(args: argparse.Namespace) -> int:
         results.append(_Ported(file, source, data, module.encoding, report))
     for item in results:
         if args.write and item.report.changes and _special(item.file):
-            raise BadInput(f"{item.file}: --write rewrites regular files only (this is a pipe "
-                           "or a device): use --out DIR")
+            raise BadInput(
+                f"{item.file}: --write rewrites regular files only (this is a pipe "
+                "or a device): use --out DIR"
+            )
     reports = [r.report for r in results]
     code = _exit_code(reports, args.check)
     for item in results:
@@ -251,8 +275,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(_diff(str(item.file), item.source, item.data, item.encoding))
     if report_path is not None:
         mode = "check" if args.check else "write" if args.write else "out" if args.out else "diff"
-        _write_or_say(report_path, (json.dumps(to_json(reports, mode, code), indent=2)
-                                    + "\n").encode())
+        _write_or_say(
+            report_path, (json.dumps(to_json(reports, mode, code), indent=2) + "\n").encode()
+        )
     print(human(reports, pending=args.check))
     return code
 

@@ -34,16 +34,18 @@ _LINE_END = (b"\n", b"\r")
 # a blank line 1.
 _DECLARATION = re.compile(rb"[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _EMPTY_LINE = re.compile(rb"[ \t\f]*(?:#.*)?")  # blank, or only a comment
-_FIX_ENCODING = ("save the file as UTF-8, or declare its encoding on line 1 or 2 "
-                 "(# -*- coding: latin-1 -*-)")
+_FIX_ENCODING = (
+    "save the file as UTF-8, or declare its encoding on line 1 or 2 (# -*- coding: latin-1 -*-)"
+)
 _TOO_DEEP = "split the expression or the chain of elif/else branches up and run again"
 
 
 def one_line(text: str) -> str:
     """`text` with what would end or break its line (newlines, other control characters,
     U+2028) escaped as Python writes them."""
-    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode()
-                   for c in text)
+    return "".join(
+        c if c.isprintable() or c == " " else c.encode("unicode_escape").decode() for c in text
+    )
 
 
 class ParseFailure(UsageError):
@@ -90,24 +92,30 @@ def _declared_encoding(source: bytes) -> Tuple[Optional[str], int]:
 def _not_decodable(source: bytes) -> Optional[str]:
     """Why `source` cannot be read as text in its declared encoding (else UTF-8), on one
     line with the line of the problem; None when it can."""
-    body, skipped = ((source[3:], 3) if source.startswith(codecs.BOM_UTF8) else (source, 0))
+    body, skipped = (source[3:], 3) if source.startswith(codecs.BOM_UTF8) else (source, 0)
     encoding, line = _declared_encoding(body)
     try:
         codec = codecs.lookup(encoding or "utf-8").name
     except LookupError:
-        return (f"declares an encoding Python does not know, {encoding!r} (line {line}): "
-                f"{_FIX_ENCODING}")
+        return (
+            f"declares an encoding Python does not know, {encoding!r} (line {line}): "
+            f"{_FIX_ENCODING}"
+        )
     if skipped and codec != "utf-8":
-        return (f"starts with a UTF-8 byte-order mark but declares encoding {encoding!r} "
-                f"(line {line}): remove one of the two")
+        return (
+            f"starts with a UTF-8 byte-order mark but declares encoding {encoding!r} "
+            f"(line {line}): remove one of the two"
+        )
     try:
         body.decode(codec)
     except UnicodeDecodeError as error:
         offset = skipped + error.start
         utf16 = source[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-        return (f"is not {'UTF-8' if codec == 'utf-8' else codec} text"
-                f"{' (it looks like UTF-16)' if utf16 else ''}: byte 0x{source[offset]:02x} "
-                f"at line {line_at(source, offset)} cannot be decoded: {_FIX_ENCODING}")
+        return (
+            f"is not {'UTF-8' if codec == 'utf-8' else codec} text"
+            f"{' (it looks like UTF-16)' if utf16 else ''}: byte 0x{source[offset]:02x} "
+            f"at line {line_at(source, offset)} cannot be decoded: {_FIX_ENCODING}"
+        )
     return None
 
 
@@ -149,8 +157,10 @@ def _python_refusal(source: bytes, error: SyntaxError) -> str:
     message = error.msg or str(error)
     if "null bytes" in message and b"\0" in source:
         line = line_at(source, source.index(b"\0"))
-        return (f"does not parse: it contains a NUL byte (line {line}): it is not a Python "
-                "source file, or it was saved as UTF-16: save it as UTF-8 text")
+        return (
+            f"does not parse: it contains a NUL byte (line {line}): it is not a Python "
+            "source file, or it was saved as UTF-16: save it as UTF-8 text"
+        )
     if message.startswith("(unicode error)") or "encoding" in message:
         why = _not_decodable(source)
         if why is not None:
@@ -175,8 +185,10 @@ def check_python(source: bytes, compiled: bool = False) -> None:
     except ValueError as error:  # null bytes, before Python 3.11.4
         raise ParseFailure(_python_refusal(source, SyntaxError(str(error)))) from None
     except (RecursionError, MemoryError):
-        raise ParseFailure(f"does not parse: it nests too deeply for Python's parser (line "
-                           f"{_deepest_line(source)}): {_TOO_DEEP}") from None
+        raise ParseFailure(
+            f"does not parse: it nests too deeply for Python's parser (line "
+            f"{_deepest_line(source)}): {_TOO_DEEP}"
+        ) from None
 
 
 def _libcst_line(source: bytes, error: cst.ParserSyntaxError) -> int:
@@ -199,15 +211,18 @@ def parse(source: bytes) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as error:
-        raise ParseFailure(f"does not parse with libcst, the parser devicekit port uses, "
-                           f"though Python reads it: {error.message} (line "
-                           f"{_libcst_line(text, error)}): port this file by hand") from None
+        raise ParseFailure(
+            f"does not parse with libcst, the parser devicekit port uses, "
+            f"though Python reads it: {error.message} (line "
+            f"{_libcst_line(text, error)}): port this file by hand"
+        ) from None
     except (UnicodeDecodeError, SyntaxError, LookupError) as error:
         # Python itself reads some bytes libcst will not decode (in a comment, say).
         raise ParseFailure(_not_decodable(source) or f"cannot be decoded: {error}") from None
     except (RecursionError, MemoryError):
-        raise ParseFailure(f"nests too deeply for devicekit port (line "
-                           f"{_deepest_line(source)}): {_TOO_DEEP}") from None
+        raise ParseFailure(
+            f"nests too deeply for devicekit port (line {_deepest_line(source)}): {_TOO_DEEP}"
+        ) from None
     except BaseException as error:
         # libcst's native parser panics on some input (pyo3's PanicException is a
         # BaseException): mixed line endings did, which it no longer sees.
@@ -215,9 +230,11 @@ def parse(source: bytes) -> cst.Module:
             raise
         found = re.search(r"byte index (\d+)", str(error))
         line = line_at(text, int(found.group(1))) if found else 1
-        raise ParseFailure(f"does not parse with libcst, the parser devicekit port uses, "
-                           f"though Python reads it: its parser failed (line {line}): port "
-                           "this file by hand") from None
+        raise ParseFailure(
+            f"does not parse with libcst, the parser devicekit port uses, "
+            f"though Python reads it: its parser failed (line {line}): port "
+            "this file by hand"
+        ) from None
 
 
 def _key(line: bytes) -> bytes:
@@ -236,11 +253,12 @@ def _with_source_lines(ported: bytes, source: bytes) -> bytes:
     old, new = source.splitlines(keepends=True), ported.splitlines(keepends=True)
 
     def ending(line: bytes) -> bytes:
-        return line[len(line.rstrip(b"\r\n")):] or newline
+        return line[len(line.rstrip(b"\r\n")) :] or newline
 
     out: List[bytes] = []
-    matcher = difflib.SequenceMatcher(None, [_key(line) for line in old],
-                                      [_key(line) for line in new], autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, [_key(line) for line in old], [_key(line) for line in new], autojunk=False
+    )
     for tag, old_start, old_end, new_start, new_end in matcher.get_opcodes():
         if tag == "equal":
             out += old[old_start:old_end]
@@ -248,8 +266,10 @@ def _with_source_lines(ported: bytes, source: bytes) -> bytes:
         endings = [ending(line) for line in old[old_start:old_end]]
         if len(endings) != new_end - new_start:
             endings = [newline] * (new_end - new_start)
-        out += [line.rstrip(b"\r\n") + end if line.endswith(_LINE_END) else line
-                for line, end in zip(new[new_start:new_end], endings)]
+        out += [
+            line.rstrip(b"\r\n") + end if line.endswith(_LINE_END) else line
+            for line, end in zip(new[new_start:new_end], endings)
+        ]
     for i, line in enumerate(out[:-1]):
         if not line.endswith(_LINE_END):  # the file's last line, no longer last
             out[i] = line + newline
@@ -266,10 +286,11 @@ def _dropped_tail(original: cst.Module, source: bytes) -> List[bytes]:
     if not any(line[:1] in (b" ", b"\t", b"\f") for line in lines[tail:]):
         return []
     kept = original.bytes.splitlines(keepends=True)
-    if len(kept) >= len(lines) or \
-            [_key(line) for line in kept] != [_key(line) for line in lines[:len(kept)]]:
+    if len(kept) >= len(lines) or [_key(line) for line in kept] != [
+        _key(line) for line in lines[: len(kept)]
+    ]:
         return []
-    lost = lines[len(kept):]
+    lost = lines[len(kept) :]
     return lost if all(_EMPTY_LINE.fullmatch(_key(line)) for line in lost) else []
 
 
@@ -296,10 +317,14 @@ def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
     ported = wrapper.visit(transformer)
     ported = drop_unused(ported, import_uses(wrapper.module))
     ported, dropped, still_needed = npu_imports.settle(
-        ported, npu_imports.side_effect_imports(wrapper.module))
-    report = FileReport(path, sorted(transformer.changes() + dropped, key=lambda c: c.line),
-                        sorted(transformer.manual() + still_needed, key=lambda i: i.line),
-                        transformer.info())
+        ported, npu_imports.side_effect_imports(wrapper.module)
+    )
+    report = FileReport(
+        path,
+        sorted(transformer.changes() + dropped, key=lambda c: c.line),
+        sorted(transformer.manual() + still_needed, key=lambda i: i.line),
+        transformer.info(),
+    )
     return add_devicekit(ported), report
 
 
@@ -310,8 +335,9 @@ def port_parsed(module: cst.Module, source: bytes, path: str) -> Tuple[bytes, Fi
         ported, report = port_module(module, path)
         return (render(ported, source, module) if report.changes else source), report
     except RecursionError:
-        raise ParseFailure(f"nests too deeply for devicekit port (line "
-                           f"{_deepest_line(source)}): {_TOO_DEEP}") from None
+        raise ParseFailure(
+            f"nests too deeply for devicekit port (line {_deepest_line(source)}): {_TOO_DEEP}"
+        ) from None
 
 
 def port_source(source: bytes, path: str = "<source>") -> Tuple[bytes, FileReport]:

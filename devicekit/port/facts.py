@@ -73,7 +73,8 @@ class Facts(cst.BatchableCSTVisitor):
     def qualified(self, node: cst.CSTNode) -> Set[str]:
         """The qualified names `node` may refer to, with the CUDA twins of Ascend names."""
         return names.with_twins(
-            {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())})
+            {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+        )
 
     def _assigned(self, name: Optional[str], value: cst.BaseExpression) -> None:
         if name:
@@ -81,7 +82,8 @@ class Facts(cst.BatchableCSTVisitor):
             if self._is_device_object(value):
                 self.kinds[name].add("device")
             if self._is_rank_source(value) or (  # device = rank: an alias of a rank
-                    _target_name(value) is not None and names.is_rank_like(_target_name(value))):
+                _target_name(value) is not None and names.is_rank_like(_target_name(value))
+            ):
                 self.kinds[name].add("rank")
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -111,9 +113,16 @@ class Facts(cst.BatchableCSTVisitor):
             return
         assignments = list(scope[node.value])  # of this scope, or one it is nested in
         owners = {id(a.scope) for a in assignments}
-        if assignments and len(owners) == 1 and all(
-                isinstance(a, cst.metadata.Assignment) and isinstance(a.node, cst.Param)
-                and isinstance(a.scope, FunctionScope) for a in assignments):
+        if (
+            assignments
+            and len(owners) == 1
+            and all(
+                isinstance(a, cst.metadata.Assignment)
+                and isinstance(a.node, cst.Param)
+                and isinstance(a.scope, FunctionScope)
+                for a in assignments
+            )
+        ):
             self._parameter_of[id(node)] = (id(assignments[0].scope.node), node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -147,8 +156,11 @@ class Facts(cst.BatchableCSTVisitor):
             for position, arg in enumerate(call.args):
                 if arg.star:
                     break
-                name = arg.keyword.value if arg.keyword is not None else (
-                    params[position] if position < len(params) else None)
+                name = (
+                    arg.keyword.value
+                    if arg.keyword is not None
+                    else (params[position] if position < len(params) else None)
+                )
                 if name in keywords:
                     passed[(id(function), name)].append(arg.value)
         changed = True
@@ -214,14 +226,16 @@ class Facts(cst.BatchableCSTVisitor):
         saw) holds a rank or a device index rather than a device, a dtype or a tensor."""
         if isinstance(node, cst.Integer):
             return True
-        if self._parameter_of.get(id(node)) in self.rank_parameters or \
-                id(node) in self._rank_calls:
+        if self._parameter_of.get(id(node)) in self.rank_parameters or id(node) in self._rank_calls:
             return True
         name = _target_name(node)
         if name is None or "device" in self.kinds.get(name, ()):
             return False
-        return (names.is_rank_like(name) or name in self.rank_params
-                or "rank" in self.kinds.get(name, ()))
+        return (
+            names.is_rank_like(name)
+            or name in self.rank_params
+            or "rank" in self.kinds.get(name, ())
+        )
 
     def holds_device(self, node: cst.BaseExpression) -> bool:
         """Whether `node` is a name assigned a torch.device or a device string."""
@@ -234,4 +248,5 @@ class Facts(cst.BatchableCSTVisitor):
         if isinstance(node, (cst.SimpleString, cst.FormattedString)):
             return True
         return isinstance(node, cst.Call) and bool(
-            self.qualified(node.func) & {"torch.device", "devicekit.device"})
+            self.qualified(node.func) & {"torch.device", "devicekit.device"}
+        )

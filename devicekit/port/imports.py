@@ -19,8 +19,11 @@ def _bound_name(alias: cst.ImportAlias) -> str:
 
 def _module_of(statement: cst.BaseSmallStatement) -> str:
     if isinstance(statement, cst.ImportFrom):
-        return "" if statement.module is None or statement.relative else \
-            cst.Module(body=[]).code_for_node(statement.module)
+        return (
+            ""
+            if statement.module is None or statement.relative
+            else cst.Module(body=[]).code_for_node(statement.module)
+        )
     return ""
 
 
@@ -51,13 +54,19 @@ def _is_torch_submodule(statement, alias) -> bool:
         return True
     if isinstance(statement, cst.ImportFrom):
         return _module_of(statement).startswith("torch.") or _module_of(statement) == "torch"
-    return alias.asname is not None and \
-        cst.Module(body=[]).code_for_node(alias.name).startswith("torch.")
+    return alias.asname is not None and cst.Module(body=[]).code_for_node(alias.name).startswith(
+        "torch."
+    )
 
 
 def _import_statements(module: cst.Module) -> List[cst.BaseSmallStatement]:
-    return [small for line in module.body if isinstance(line, cst.SimpleStatementLine)
-            for small in line.body if isinstance(small, (cst.Import, cst.ImportFrom))]
+    return [
+        small
+        for line in module.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for small in line.body
+        if isinstance(small, (cst.Import, cst.ImportFrom))
+    ]
 
 
 class _DropAliases(cst.CSTTransformer):
@@ -98,9 +107,12 @@ def drop_unused(module: cst.Module, before: Dict[str, int]) -> cst.Module:
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
-        isinstance(statement.body[0], cst.Expr) and \
-        isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def _only_imports(statement: cst.CSTNode) -> bool:
@@ -108,17 +120,22 @@ def _only_imports(statement: cst.CSTNode) -> bool:
         return all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
     if isinstance(statement, (cst.Try, cst.If)):  # try: import x / except ImportError: ...
         blocks = [statement.body] + [h.body for h in getattr(statement, "handlers", ())]
-        return all(isinstance(line, cst.SimpleStatementLine) and
-                   all(isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass, cst.Assign))
-                       for s in line.body)
-                   for block in blocks for line in block.body)
+        return all(
+            isinstance(line, cst.SimpleStatementLine)
+            and all(
+                isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass, cst.Assign)) for s in line.body
+            )
+            for block in blocks
+            for line in block.body
+        )
     return False
 
 
 def _binds_devicekit(module: cst.Module) -> bool:
     for statement in _import_statements(module):
         if isinstance(statement, cst.Import) and any(
-                _bound_name(a) == "devicekit" for a in statement.names):
+            _bound_name(a) == "devicekit" for a in statement.names
+        ):
             return True
     return False
 
@@ -153,7 +170,8 @@ def add_devicekit(module: cst.Module) -> cst.Module:
             position = index + 1
         elif not isinstance(body[index], cst.SimpleStatementLine):
             break  # the first def, class or block ends the top of the file
-    line = cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(
-        name=cst.Name("devicekit"))])])
+    line = cst.SimpleStatementLine(
+        body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("devicekit"))])]
+    )
     body.insert(position, line)
     return module.with_changes(body=body)

@@ -11,18 +11,35 @@ from typing import Dict, Optional, Set, Tuple
 
 # torch.cuda.X -> devicekit.X, with the number of arguments devicekit's function takes.
 DEVICEKIT_FUNCTIONS: Dict[str, int] = {
-    "set_device": 1, "manual_seed": 1, "manual_seed_all": 1,
-    "device_count": 0, "is_available": 0, "current_device": 0, "synchronize": 0,
-    "empty_cache": 0, "memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
-    "max_memory_reserved": 0, "reset_peak_memory_stats": 0, "is_bf16_supported": 0,
+    "set_device": 1,
+    "manual_seed": 1,
+    "manual_seed_all": 1,
+    "device_count": 0,
+    "is_available": 0,
+    "current_device": 0,
+    "synchronize": 0,
+    "empty_cache": 0,
+    "memory_allocated": 0,
+    "max_memory_allocated": 0,
+    "memory_reserved": 0,
+    "max_memory_reserved": 0,
+    "reset_peak_memory_stats": 0,
+    "is_bf16_supported": 0,
 }
 
 _NPU_MODULES = ("torch.npu.", "torch_npu.npu.")
 TORCH_NPU = "torch_npu"
 # Process-wide NPU settings (`torch.npu.set_compile_mode(jit_compile=False)`): they run as
 # before on an NPU, under `if devicekit.device_type() == "npu":`, and nowhere else.
-NPU_SETTINGS = {"set_compile_mode", "set_option", "set_aoe", "set_mm_bmm_format_nd",
-                "config.allow_internal_format", "conv.allow_hf32", "matmul.allow_hf32"}
+NPU_SETTINGS = {
+    "set_compile_mode",
+    "set_option",
+    "set_aoe",
+    "set_mm_bmm_format_nd",
+    "config.allow_internal_format",
+    "conv.allow_hf32",
+    "matmul.allow_hf32",
+}
 
 
 def cuda_twin(qualified: str) -> Optional[str]:
@@ -31,7 +48,7 @@ def cuda_twin(qualified: str) -> Optional[str]:
     else None."""
     for prefix in _NPU_MODULES:
         if qualified.startswith(prefix):
-            return "torch.cuda." + qualified[len(prefix):]
+            return "torch.cuda." + qualified[len(prefix) :]
     return None
 
 
@@ -41,30 +58,44 @@ def with_twins(qualified: Set[str]) -> Set[str]:
 
 
 def npu_setting(qualified: str) -> Optional[str]:
-    """"set_compile_mode" for `torch.npu.set_compile_mode` (and the other NPU_SETTINGS,
+    """ "set_compile_mode" for `torch.npu.set_compile_mode` (and the other NPU_SETTINGS,
     under torch.npu or torch_npu.npu), else None."""
     twin = cuda_twin(qualified)
-    short = twin[len("torch.cuda."):] if twin else None
+    short = twin[len("torch.cuda.") :] if twin else None
     return short if short in NPU_SETTINGS else None
 
+
 AUTOCAST = {"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
-NPU_GRAD_SCALER = {"torch.npu.amp.GradScaler", "torch_npu.npu.amp.GradScaler",
-                   "torch.npu.amp.grad_scaler.GradScaler",
-                   "torch_npu.npu.amp.grad_scaler.GradScaler"}
+NPU_GRAD_SCALER = {
+    "torch.npu.amp.GradScaler",
+    "torch_npu.npu.amp.GradScaler",
+    "torch.npu.amp.grad_scaler.GradScaler",
+    "torch_npu.npu.amp.grad_scaler.GradScaler",
+}
 DEVICE_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 CUDA_GRAD_SCALER = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
-DEVICE_GRAD_SCALER = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler",
-                      "torch.GradScaler"}  # "cuda" unless told
+DEVICE_GRAD_SCALER = {
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.GradScaler",
+}  # "cuda" unless told
 TORCH_DEVICE = {"torch.device"}
 SET_DEFAULT_DEVICE = {"torch.set_default_device"}
-INIT_PROCESS_GROUP = {"torch.distributed.init_process_group", "torch.distributed.new_group",
-                      "torch.distributed.distributed_c10d.init_process_group",
-                      "torch.distributed.distributed_c10d.new_group"}
-DDP = {"torch.nn.parallel.DistributedDataParallel",
-       "torch.nn.parallel.distributed.DistributedDataParallel"}
+INIT_PROCESS_GROUP = {
+    "torch.distributed.init_process_group",
+    "torch.distributed.new_group",
+    "torch.distributed.distributed_c10d.init_process_group",
+    "torch.distributed.distributed_c10d.new_group",
+}
+DDP = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
 SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
-DESTROY = {"torch.distributed.destroy_process_group",
-           "torch.distributed.distributed_c10d.destroy_process_group"}
+DESTROY = {
+    "torch.distributed.destroy_process_group",
+    "torch.distributed.distributed_c10d.destroy_process_group",
+}
 DEVICE_COUNT = "torch.cuda.device_count"
 OUT_OF_MEMORY = "torch.cuda.OutOfMemoryError"
 OS_ENVIRON = "os.environ"
@@ -74,11 +105,22 @@ LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 # Positional parameters, in order, of the calls whose arguments the rules rewrite.
 AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
 DEVICE_AUTOCAST_PARAMS = ("device_type", "dtype", "enabled", "cache_enabled")
-CUDA_GRAD_SCALER_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval",
-                           "enabled")
+CUDA_GRAD_SCALER_PARAMS = (
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "enabled",
+)
 DEVICE_GRAD_SCALER_PARAMS = ("device",) + CUDA_GRAD_SCALER_PARAMS
-NPU_GRAD_SCALER_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval",
-                          "dynamic", "enabled")
+NPU_GRAD_SCALER_PARAMS = (
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "dynamic",
+    "enabled",
+)
 SPAWN_PARAMS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
 DDP_PARAMS = ("module", "device_ids", "output_device")
 TORCH_DEVICE_PARAMS = ("type", "index")
@@ -87,14 +129,29 @@ TORCH_DEVICE_PARAMS = ("type", "index")
 _RANK_LIKE = re.compile(
     r"^(ddp_|global_|local_)?(rank|gpu|gpus?_?id|gpu_?idx|gpu_?index|npu|npu_?id|npu_?idx"
     r"|npu_?index|device_?id|device_?idx|device_?index|dev_?id|local_?rank|local_?gpu"
-    r"|local_?npu|local_?device)$")
+    r"|local_?npu|local_?device)$"
+)
 # Calls whose integer result is a rank or a device index.
-RANK_SOURCES = {"torch.distributed.get_rank", "torch.distributed.get_node_local_rank",
-                "torch.cuda.current_device", "devicekit.rank", "devicekit.local_rank",
-                "devicekit.current_device"}
-RANK_VARIABLES = {"RANK", "LOCAL_RANK", "RANK_ID", "SLURM_LOCALID", "SLURM_PROCID",
-                  "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "ASCEND_DEVICE_ID",
-                  "DEVICE_ID", "NPU_CALCULATE_DEVICE"}
+RANK_SOURCES = {
+    "torch.distributed.get_rank",
+    "torch.distributed.get_node_local_rank",
+    "torch.cuda.current_device",
+    "devicekit.rank",
+    "devicekit.local_rank",
+    "devicekit.current_device",
+}
+RANK_VARIABLES = {
+    "RANK",
+    "LOCAL_RANK",
+    "RANK_ID",
+    "SLURM_LOCALID",
+    "SLURM_PROCID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "ASCEND_DEVICE_ID",
+    "DEVICE_ID",
+    "NPU_CALCULATE_DEVICE",
+}
 
 
 def is_rank_like(name: str) -> bool:
@@ -104,109 +161,176 @@ def is_rank_like(name: str) -> bool:
 
 
 # Constructs left alone and reported: qualified-name prefix -> (why, manual fix).
-_TIMING = ("CUDA events time work on an NVIDIA GPU only",
-           "time the region with devicekit.synchronize() and time.perf_counter()")
-_GRAPHS = ("CUDA graphs capture and replay kernels on NVIDIA GPUs only",
-           "run eagerly off CUDA: guard the capture with `if devicekit.device_type() == "
-           "\"cuda\":` (or use torch.compile(mode=\"reduce-overhead\"))")
-_NVTX = ("NVTX ranges are markers for NVIDIA's profilers",
-         "use torch.profiler.record_function(name), which every device supports")
-_CAPABILITY = ("a device-capability check reads NVIDIA properties",
-               "decide from devicekit.device_type() (and torch.cuda only when it is \"cuda\")")
-_NAME = ("the device name is an NVIDIA property",
-         "report devicekit.device() and devicekit.device_type() instead")
-_FREE_MEMORY = ("free device memory is queried from the NVIDIA driver",
-                "use devicekit.memory_reserved() / devicekit.max_memory_allocated() (0 on a CPU)")
-_STREAMS = ("CUDA streams exist on NVIDIA GPUs only",
-            "guard with `if devicekit.device_type() == \"cuda\":` or drop the stream")
-_TENSOR_TYPES = ("a torch.cuda tensor type allocates on an NVIDIA GPU",
-                 "create the tensor with device=devicekit.device() (or x.to(devicekit.device(), "
-                 "dtype=...))")
-_RNG = ("the CUDA generator state exists on NVIDIA GPUs only",
-        "save/restore it under `if devicekit.device_type() == \"cuda\":`; torch.get_rng_state() "
-        "covers the CPU")
-_EXTENSION = ("a custom C++/CUDA extension is compiled for NVIDIA GPUs",
-              "keep a pure-PyTorch fallback and use it when devicekit.device_type() != \"cuda\"")
-_DATA_PARALLEL = ("nn.DataParallel is single-process multi-GPU: CUDA-only (a pass-through "
-                  "elsewhere) and slower than DDP",
-                  "start one process per device (torchrun, or devicekit.launch(fn)), call "
-                  "devicekit.init_distributed() and wrap with devicekit.wrap_ddp(model)")
-_APEX = ("apex (NVIDIA's, or Ascend's fork with combine_grad and NpuFused*) runs on one "
-         "device kind only",
-         "use torch's own equivalents: devicekit.autocast() + devicekit.GradScaler() for "
-         "amp.initialize/scale_loss, devicekit.wrap_ddp for apex DDP, torch.optim.AdamW and "
-         "torch.nn.LayerNorm for the fused kernels")
-_KERNELS = ("hand-written GPU kernels run on NVIDIA GPUs only",
-            "keep a PyTorch fallback selected when devicekit.device_type() != \"cuda\" (or let "
-            "torch.compile generate the kernel)")
-_NVML = ("NVML queries NVIDIA GPUs only", "guard with `if devicekit.device_type() == \"cuda\":`")
-_NPU_OPS = ("a torch_npu operator runs on Ascend NPUs only",
-            "keep a PyTorch fallback, selected when devicekit.device_type() != \"npu\"")
-_NPU_OPTIMIZERS = ("torch_npu's fused optimizers run on Ascend NPUs only",
-                   "use torch.optim (SGD, AdamW, ...), which runs on every device")
-_NPU_PROFILER = ("torch_npu's profiler records Ascend NPUs only",
-                 "use torch.profiler, with the NPU's activity added when devicekit.device_type() "
-                 "== \"npu\"")
-_NPU_UNKNOWN = ("this name exists only where torch_npu is installed, and devicekit port knows "
-                "no portable equivalent", "guard it with `if devicekit.device_type() == \"npu\":`")
-_UNKNOWN = ("devicekit port knows no portable equivalent of this torch.cuda name",
-            "guard with `if devicekit.device_type() == \"cuda\":`, or use the torch.accelerator "
-            "equivalent")
-_ARGUMENTS = ("devicekit's function takes no device argument: it acts on the current device",
-              "call it without the argument (after devicekit.set_device(i) where needed)")
-_AUTOCAST_ARGS = ("devicekit.autocast() takes only enabled= and dtype=",
-                  "drop cache_enabled= (and any *args/**kwargs) and write "
-                  "devicekit.autocast(enabled=..., dtype=...) by name")
-_GRAD_SCALER_ARGS = ("the GradScaler's arguments cannot be read (*args or **kwargs), or ask "
-                     "for torch_npu's static loss scale (dynamic=False)",
-                     "use devicekit.GradScaler(enabled=..., init_scale=..., ...) by name; for "
-                     "a scale that never grows, growth_interval=2**31 - 1 (it still backs "
-                     "off on an overflow)")
-_SPAWN_ARGS = ("devicekit.launch() always joins its ranks and uses the device's start method",
-               "call devicekit.launch(fn, args=..., nprocs=...) and drop join=/daemon=/"
-               "start_method=")
-_CUDA_ARGS = ("the arguments of .cuda() or .npu() cannot be read (*args or **kwargs)",
-              "write x.to(devicekit.device(i), non_blocking=...)")
-_SWITCH = ("torch.cuda.device(i) switches the current CUDA device",
-           "call devicekit.set_device(i), or pass devicekit.device(i) where the device is used")
-_PIN_CALL = ("Tensor.pin_memory() fails where no accelerator is present",
-             "pin only when devicekit.pin_memory() is True")
+_TIMING = (
+    "CUDA events time work on an NVIDIA GPU only",
+    "time the region with devicekit.synchronize() and time.perf_counter()",
+)
+_GRAPHS = (
+    "CUDA graphs capture and replay kernels on NVIDIA GPUs only",
+    "run eagerly off CUDA: guard the capture with `if devicekit.device_type() == "
+    '"cuda":` (or use torch.compile(mode="reduce-overhead"))',
+)
+_NVTX = (
+    "NVTX ranges are markers for NVIDIA's profilers",
+    "use torch.profiler.record_function(name), which every device supports",
+)
+_CAPABILITY = (
+    "a device-capability check reads NVIDIA properties",
+    'decide from devicekit.device_type() (and torch.cuda only when it is "cuda")',
+)
+_NAME = (
+    "the device name is an NVIDIA property",
+    "report devicekit.device() and devicekit.device_type() instead",
+)
+_FREE_MEMORY = (
+    "free device memory is queried from the NVIDIA driver",
+    "use devicekit.memory_reserved() / devicekit.max_memory_allocated() (0 on a CPU)",
+)
+_STREAMS = (
+    "CUDA streams exist on NVIDIA GPUs only",
+    'guard with `if devicekit.device_type() == "cuda":` or drop the stream',
+)
+_TENSOR_TYPES = (
+    "a torch.cuda tensor type allocates on an NVIDIA GPU",
+    "create the tensor with device=devicekit.device() (or x.to(devicekit.device(), dtype=...))",
+)
+_RNG = (
+    "the CUDA generator state exists on NVIDIA GPUs only",
+    'save/restore it under `if devicekit.device_type() == "cuda":`; torch.get_rng_state() '
+    "covers the CPU",
+)
+_EXTENSION = (
+    "a custom C++/CUDA extension is compiled for NVIDIA GPUs",
+    'keep a pure-PyTorch fallback and use it when devicekit.device_type() != "cuda"',
+)
+_DATA_PARALLEL = (
+    "nn.DataParallel is single-process multi-GPU: CUDA-only (a pass-through "
+    "elsewhere) and slower than DDP",
+    "start one process per device (torchrun, or devicekit.launch(fn)), call "
+    "devicekit.init_distributed() and wrap with devicekit.wrap_ddp(model)",
+)
+_APEX = (
+    "apex (NVIDIA's, or Ascend's fork with combine_grad and NpuFused*) runs on one "
+    "device kind only",
+    "use torch's own equivalents: devicekit.autocast() + devicekit.GradScaler() for "
+    "amp.initialize/scale_loss, devicekit.wrap_ddp for apex DDP, torch.optim.AdamW and "
+    "torch.nn.LayerNorm for the fused kernels",
+)
+_KERNELS = (
+    "hand-written GPU kernels run on NVIDIA GPUs only",
+    'keep a PyTorch fallback selected when devicekit.device_type() != "cuda" (or let '
+    "torch.compile generate the kernel)",
+)
+_NVML = ("NVML queries NVIDIA GPUs only", 'guard with `if devicekit.device_type() == "cuda":`')
+_NPU_OPS = (
+    "a torch_npu operator runs on Ascend NPUs only",
+    'keep a PyTorch fallback, selected when devicekit.device_type() != "npu"',
+)
+_NPU_OPTIMIZERS = (
+    "torch_npu's fused optimizers run on Ascend NPUs only",
+    "use torch.optim (SGD, AdamW, ...), which runs on every device",
+)
+_NPU_PROFILER = (
+    "torch_npu's profiler records Ascend NPUs only",
+    'use torch.profiler, with the NPU\'s activity added when devicekit.device_type() == "npu"',
+)
+_NPU_UNKNOWN = (
+    "this name exists only where torch_npu is installed, and devicekit port knows "
+    "no portable equivalent",
+    'guard it with `if devicekit.device_type() == "npu":`',
+)
+_UNKNOWN = (
+    "devicekit port knows no portable equivalent of this torch.cuda name",
+    'guard with `if devicekit.device_type() == "cuda":`, or use the torch.accelerator equivalent',
+)
+_ARGUMENTS = (
+    "devicekit's function takes no device argument: it acts on the current device",
+    "call it without the argument (after devicekit.set_device(i) where needed)",
+)
+_AUTOCAST_ARGS = (
+    "devicekit.autocast() takes only enabled= and dtype=",
+    "drop cache_enabled= (and any *args/**kwargs) and write "
+    "devicekit.autocast(enabled=..., dtype=...) by name",
+)
+_GRAD_SCALER_ARGS = (
+    "the GradScaler's arguments cannot be read (*args or **kwargs), or ask "
+    "for torch_npu's static loss scale (dynamic=False)",
+    "use devicekit.GradScaler(enabled=..., init_scale=..., ...) by name; for "
+    "a scale that never grows, growth_interval=2**31 - 1 (it still backs "
+    "off on an overflow)",
+)
+_SPAWN_ARGS = (
+    "devicekit.launch() always joins its ranks and uses the device's start method",
+    "call devicekit.launch(fn, args=..., nprocs=...) and drop join=/daemon=/start_method=",
+)
+_CUDA_ARGS = (
+    "the arguments of .cuda() or .npu() cannot be read (*args or **kwargs)",
+    "write x.to(devicekit.device(i), non_blocking=...)",
+)
+_SWITCH = (
+    "torch.cuda.device(i) switches the current CUDA device",
+    "call devicekit.set_device(i), or pass devicekit.device(i) where the device is used",
+)
+_PIN_CALL = (
+    "Tensor.pin_memory() fails where no accelerator is present",
+    "pin only when devicekit.pin_memory() is True",
+)
 
-_SDPA = ("the SDPA backend switches act on every device: with the math kernel off, a CPU or "
-         "an NPU is left with no attention kernel",
-         "switch them under `if devicekit.device_type() == \"cuda\":`")
+_SDPA = (
+    "the SDPA backend switches act on every device: with the math kernel off, a CPU or "
+    "an NPU is left with no attention kernel",
+    'switch them under `if devicekit.device_type() == "cuda":`',
+)
 
 MANUAL: Dict[str, Tuple[str, str]] = {
-    "torch.backends.cuda.sdp_kernel": _SDPA, "torch.backends.cuda.enable_math_sdp": _SDPA,
+    "torch.backends.cuda.sdp_kernel": _SDPA,
+    "torch.backends.cuda.enable_math_sdp": _SDPA,
     "torch.backends.cuda.enable_flash_sdp": _SDPA,
     "torch.backends.cuda.enable_mem_efficient_sdp": _SDPA,
     "torch.backends.cuda.enable_cudnn_sdp": _SDPA,
-    "torch.cuda.Event": _TIMING, "torch.cuda.Stream": _STREAMS, "torch.cuda.stream": _STREAMS,
-    "torch.cuda.current_stream": _STREAMS, "torch.cuda.default_stream": _STREAMS,
-    "torch.cuda.StreamContext": _STREAMS, "torch.cuda.device": _SWITCH,
-    "torch.cuda.graph": _GRAPHS, "torch.cuda.CUDAGraph": _GRAPHS, "torch.cuda.graphs": _GRAPHS,
-    "torch.cuda.make_graphed_callables": _GRAPHS, "torch.cuda.graph_pool_handle": _GRAPHS,
-    "torch.cuda.nvtx": _NVTX, "nvtx": _NVTX,
+    "torch.cuda.Event": _TIMING,
+    "torch.cuda.Stream": _STREAMS,
+    "torch.cuda.stream": _STREAMS,
+    "torch.cuda.current_stream": _STREAMS,
+    "torch.cuda.default_stream": _STREAMS,
+    "torch.cuda.StreamContext": _STREAMS,
+    "torch.cuda.device": _SWITCH,
+    "torch.cuda.graph": _GRAPHS,
+    "torch.cuda.CUDAGraph": _GRAPHS,
+    "torch.cuda.graphs": _GRAPHS,
+    "torch.cuda.make_graphed_callables": _GRAPHS,
+    "torch.cuda.graph_pool_handle": _GRAPHS,
+    "torch.cuda.nvtx": _NVTX,
+    "nvtx": _NVTX,
     "torch.cuda.get_device_capability": _CAPABILITY,
     "torch.cuda.get_device_properties": _CAPABILITY,
     "torch.cuda.get_device_name": _NAME,
-    "torch.cuda.get_arch_list": _CAPABILITY, "torch.cuda.mem_get_info": _FREE_MEMORY,
-    "torch.cuda.get_rng_state": _RNG, "torch.cuda.set_rng_state": _RNG,
-    "torch.cuda.get_rng_state_all": _RNG, "torch.cuda.set_rng_state_all": _RNG,
+    "torch.cuda.get_arch_list": _CAPABILITY,
+    "torch.cuda.mem_get_info": _FREE_MEMORY,
+    "torch.cuda.get_rng_state": _RNG,
+    "torch.cuda.set_rng_state": _RNG,
+    "torch.cuda.get_rng_state_all": _RNG,
+    "torch.cuda.set_rng_state_all": _RNG,
     "torch.utils.cpp_extension.load": _EXTENSION,
     "torch.utils.cpp_extension.load_inline": _EXTENSION,
     "torch.utils.cpp_extension.CUDAExtension": _EXTENSION,
-    "torch.nn.DataParallel": _DATA_PARALLEL, "torch.nn.parallel.DataParallel": _DATA_PARALLEL,
+    "torch.nn.DataParallel": _DATA_PARALLEL,
+    "torch.nn.parallel.DataParallel": _DATA_PARALLEL,
     "torch.nn.parallel.data_parallel": _DATA_PARALLEL,
-    "apex": _APEX, "cupy": _KERNELS, "triton": _KERNELS, "pynvml": _NVML,
+    "apex": _APEX,
+    "cupy": _KERNELS,
+    "triton": _KERNELS,
+    "pynvml": _NVML,
 }
 # Modules whose import alone is reported.
 MANUAL_IMPORTS = ("apex", "cupy", "triton", "nvtx", "pynvml")
 _TENSOR_TYPE = re.compile(r"^torch\.cuda\.[A-Z][A-Za-z]*Tensor$")
 
 # Kept on purpose and reported as information.
-HARMLESS = {"torch.backends.cudnn": "cuDNN settings: ignored where there is no cuDNN",
-            "torch.backends.cuda": "CUDA backend settings (TF32, SDPA kernels): ignored off CUDA"}
+HARMLESS = {
+    "torch.backends.cudnn": "cuDNN settings: ignored where there is no cuDNN",
+    "torch.backends.cuda": "CUDA backend settings (TF32, SDPA kernels): ignored off CUDA",
+}
 
 
 def manual_reason(qualified: str) -> Optional[Tuple[str, str]]:
@@ -242,12 +366,17 @@ def is_device_only(qualified: str) -> bool:
     runs on that device only."""
     cuda = cuda_twin(qualified) or qualified
     if cuda.startswith("torch.cuda."):
-        short = cuda[len("torch.cuda."):]
-        ported = short in DEVICEKIT_FUNCTIONS or cuda in AUTOCAST | CUDA_GRAD_SCALER or \
-            cuda == OUT_OF_MEMORY or npu_setting(qualified) is not None
+        short = cuda[len("torch.cuda.") :]
+        ported = (
+            short in DEVICEKIT_FUNCTIONS
+            or cuda in AUTOCAST | CUDA_GRAD_SCALER
+            or cuda == OUT_OF_MEMORY
+            or npu_setting(qualified) is not None
+        )
         return not ported and manual_reason(qualified) is not None
     return qualified.split(".")[0] == TORCH_NPU and qualified.startswith(
-        (f"{TORCH_NPU}.npu_", f"{TORCH_NPU}.optim", f"{TORCH_NPU}.profiler"))
+        (f"{TORCH_NPU}.npu_", f"{TORCH_NPU}.optim", f"{TORCH_NPU}.profiler")
+    )
 
 
 def harmless_note(qualified: str) -> Optional[str]:
@@ -260,7 +389,11 @@ def harmless_note(qualified: str) -> Optional[str]:
     return None
 
 
-REASONS = {"arguments": _ARGUMENTS, "autocast-args": _AUTOCAST_ARGS,
-           "grad-scaler-args": _GRAD_SCALER_ARGS, "spawn-args": _SPAWN_ARGS,
-           "cuda-args": _CUDA_ARGS,
-           "pin-memory-call": _PIN_CALL}
+REASONS = {
+    "arguments": _ARGUMENTS,
+    "autocast-args": _AUTOCAST_ARGS,
+    "grad-scaler-args": _GRAD_SCALER_ARGS,
+    "spawn-args": _SPAWN_ARGS,
+    "cuda-args": _CUDA_ARGS,
+    "pin-memory-call": _PIN_CALL,
+}

@@ -21,8 +21,10 @@ def code(node: cst.CSTNode) -> str:
 
 def devicekit_call(name: str, *args: cst.Arg) -> cst.Call:
     """`devicekit.<name>(args...)`."""
-    return cst.Call(func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name(name)),
-                    args=_with_commas(list(args)))
+    return cst.Call(
+        func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name(name)),
+        args=_with_commas(list(args)),
+    )
 
 
 def device_call(index: Optional[cst.BaseExpression]) -> cst.Call:
@@ -40,16 +42,24 @@ def device_str(index: Optional[cst.BaseExpression]) -> cst.BaseExpression:
 
 def is_devicekit_call(node: cst.CSTNode, name: str) -> bool:
     """Whether `node` is `devicekit.<name>(...)`."""
-    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-            and isinstance(node.func.value, cst.Name) and node.func.value.value == "devicekit"
-            and node.func.attr.value == name)
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "devicekit"
+        and node.func.attr.value == name
+    )
 
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """`name=value`, formatted as PEP 8 formats keyword arguments."""
-    return cst.Arg(value=value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                         whitespace_after=cst.SimpleWhitespace("")))
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
 
 
 def _with_commas(args: List[cst.Arg]) -> List[cst.Arg]:
@@ -100,21 +110,32 @@ def parse_device_string(node: cst.CSTNode):
         return _formatted_index(node.parts)
     if isinstance(node, cst.BinaryOperation):
         left = string_value(node.left)
-        if isinstance(node.operator, cst.Modulo) and \
-                left in {prefix + spec for prefix in _PREFIXES for spec in ("%d", "%s", "%i")}:
+        if isinstance(node.operator, cst.Modulo) and left in {
+            prefix + spec for prefix in _PREFIXES for spec in ("%d", "%s", "%i")
+        }:
             right = node.right
             if isinstance(right, cst.Tuple) and len(right.elements) == 1:
                 right = right.elements[0].value
             return right
-        if isinstance(node.operator, cst.Add) and left in _PREFIXES and \
-                isinstance(node.right, cst.Call) and isinstance(node.right.func, cst.Name) and \
-                node.right.func.value == "str" and len(node.right.args) == 1:
+        if (
+            isinstance(node.operator, cst.Add)
+            and left in _PREFIXES
+            and isinstance(node.right, cst.Call)
+            and isinstance(node.right.func, cst.Name)
+            and node.right.func.value == "str"
+            and len(node.right.args) == 1
+        ):
             return node.right.args[0].value
         return NOT_DEVICE
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
-            node.func.attr.value == "format" and \
-            string_value(node.func.value) in {p + f for p in _PREFIXES for f in ("{}", "{0}")} and \
-            len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star:
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "format"
+        and string_value(node.func.value) in {p + f for p in _PREFIXES for f in ("{}", "{0}")}
+        and len(node.args) == 1
+        and node.args[0].keyword is None
+        and not node.args[0].star
+    ):
         return node.args[0].value
     return NOT_DEVICE
 
@@ -124,17 +145,23 @@ def _formatted_index(parts):
     expressions = [p for p in parts if isinstance(p, cst.FormattedStringExpression)]
     if not expressions:
         return None if "".join(t.value for t in texts) in ACCELERATOR_TYPES else NOT_DEVICE
-    if len(parts) == 2 and texts and parts[0] is texts[0] and \
-            texts[0].value in _PREFIXES and \
-            expressions[0].conversion is None and expressions[0].format_spec is None:
+    if (
+        len(parts) == 2
+        and texts
+        and parts[0] is texts[0]
+        and texts[0].value in _PREFIXES
+        and expressions[0].conversion is None
+        and expressions[0].format_spec is None
+    ):
         return expressions[0].expression
     return NOT_DEVICE
 
 
 def replace_arg_value(call: cst.Call, old: cst.Arg, value: cst.BaseExpression) -> cst.Call:
     """`call` with argument `old`'s value replaced (keyword and formatting kept)."""
-    return call.with_changes(args=[arg.with_changes(value=value) if arg is old else arg
-                                   for arg in call.args])
+    return call.with_changes(
+        args=[arg.with_changes(value=value) if arg is old else arg for arg in call.args]
+    )
 
 
 def without_args(call: cst.Call, removed: Sequence[cst.Arg]) -> cst.Call:
@@ -152,8 +179,9 @@ def with_arg_after(call: cst.Call, anchor: cst.Arg, new: cst.Arg) -> cst.Call:
     args = []
     for arg in call.args:
         if arg is anchor:
-            args.append(arg.with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+            args.append(
+                arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            )
             args.append(new.with_changes(comma=arg.comma))
         else:
             args.append(arg)
@@ -163,4 +191,5 @@ def with_arg_after(call: cst.Call, anchor: cst.Arg, new: cst.Arg) -> cst.Call:
 # `devicekit.device_type() == "npu"`: the guard the port writes around NPU-only code
 DEVICE_TYPE_GUARD = m.Comparison(
     left=m.Call(func=m.Attribute(value=m.Name("devicekit"), attr=m.Name("device_type"))),
-    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())])
+    comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
+)

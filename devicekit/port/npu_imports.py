@@ -18,13 +18,17 @@ _TORCH_NPU, _TRANSFER = "torch_npu", "torch_npu.contrib.transfer_to_npu"
 # What may do something when an `if` test is evaluated.
 _ACTS = m.Call() | m.NamedExpr() | m.Await() | m.Yield()
 _STILL_NEEDED = {
-    _TORCH_NPU: ("the ported script still reads torch_npu or torch.npu names (reported "
-                 "above) that only this import provides",
-                 "port them, or move them under `if devicekit.device_type() == \"npu\":`; "
-                 "then remove the import, which fails where torch_npu is not installed"),
-    _TRANSFER: ("the ported script still calls torch.cuda names (reported above) that "
-                "transfer_to_npu maps onto the NPU", "port them by hand; then remove the "
-                                                     "import, which fails without torch_npu"),
+    _TORCH_NPU: (
+        "the ported script still reads torch_npu or torch.npu names (reported "
+        "above) that only this import provides",
+        'port them, or move them under `if devicekit.device_type() == "npu":`; '
+        "then remove the import, which fails where torch_npu is not installed",
+    ),
+    _TRANSFER: (
+        "the ported script still calls torch.cuda names (reported above) that "
+        "transfer_to_npu maps onto the NPU",
+        "port them by hand; then remove the import, which fails without torch_npu",
+    ),
 }
 
 
@@ -129,28 +133,41 @@ class _Drop(cst.CSTTransformer):
     @staticmethod
     def _only_pass(block: cst.BaseSuite) -> bool:
         lines = block.body if isinstance(block, cst.IndentedBlock) else [block]
-        return all(isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and
-                   all(isinstance(small, cst.Pass) for small in line.body) for line in lines)
+        return all(
+            isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+            and all(isinstance(small, cst.Pass) for small in line.body)
+            for line in lines
+        )
 
     def leave_If(self, original: cst.If, updated: cst.If):
         # `if torch.__version__ >= "1.8": import torch_npu`; a test that may do something
         # (`if setup():`) stays, and the branch becomes `pass`.
-        if self.emptied and original.orelse is None and self._only_pass(updated.body) and \
-                not self._only_pass(original.body) and not m.findall(original.test, _ACTS):
+        if (
+            self.emptied
+            and original.orelse is None
+            and self._only_pass(updated.body)
+            and not self._only_pass(original.body)
+            and not m.findall(original.test, _ACTS)
+        ):
             return cst.RemoveFromParent()
         return updated
 
     def leave_Try(self, original: cst.Try, updated: cst.Try):
         # try: import torch_npu / except ImportError: ...; an `else:` or `finally:` stays.
-        if self.emptied and self._only_pass(updated.body) and \
-                not self._only_pass(original.body) and original.orelse is None and \
-                original.finalbody is None:
+        if (
+            self.emptied
+            and self._only_pass(updated.body)
+            and not self._only_pass(original.body)
+            and original.orelse is None
+            and original.finalbody is None
+        ):
             return cst.RemoveFromParent()
         return updated
 
 
-def settle(ported: cst.Module, found: List[SideEffectImport]
-           ) -> Tuple[cst.Module, List[Change], List[Manual]]:
+def settle(
+    ported: cst.Module, found: List[SideEffectImport]
+) -> Tuple[cst.Module, List[Change], List[Manual]]:
     """`ported` without the side-effect imports nothing needs; the changes that says, and
     a manual item for each one kept because something still needs it."""
     if not found:
@@ -158,8 +175,14 @@ def settle(ported: cst.Module, found: List[SideEffectImport]
     reads = _Reads()
     ported.visit(reads)
     drop = {f.imported for f in found} - reads.needed
-    changes = [Change(f.line, "torch-npu-import", f.statement, "", ["torch-npu-import"])
-               for f in found if f.imported in drop]
-    manual = [Manual(f.line, f.statement, *_STILL_NEEDED[f.imported])
-              for f in found if f.imported not in drop]
+    changes = [
+        Change(f.line, "torch-npu-import", f.statement, "", ["torch-npu-import"])
+        for f in found
+        if f.imported in drop
+    ]
+    manual = [
+        Manual(f.line, f.statement, *_STILL_NEEDED[f.imported])
+        for f in found
+        if f.imported not in drop
+    ]
     return (ported.visit(_Drop(drop)) if drop else ported), changes, manual

@@ -48,28 +48,41 @@ class FileReport:
 
     def to_json(self) -> dict:
         """This file's entry in the JSON report."""
-        return {"path": self.path, "output": self.output, "changed": bool(self.changes),
-                "changes": [dataclasses.asdict(c) for c in self.changes],
-                "manual": [dataclasses.asdict(m) for m in self.manual],
-                "info": [dataclasses.asdict(i) for i in self.info]}
+        return {
+            "path": self.path,
+            "output": self.output,
+            "changed": bool(self.changes),
+            "changes": [dataclasses.asdict(c) for c in self.changes],
+            "manual": [dataclasses.asdict(m) for m in self.manual],
+            "info": [dataclasses.asdict(i) for i in self.info],
+        }
 
 
 def summary(files: List[FileReport]) -> Dict[str, object]:
     """Counts over every file: files, changed files, changes, manual and info items, and
     rewrites per rule (nested ones included)."""
     by_rule = Counter(rule for f in files for c in f.changes for rule in c.rules)
-    return {"files": len(files), "files_changed": sum(bool(f.changes) for f in files),
-            "changes": sum(len(f.changes) for f in files),
-            "manual": sum(len(f.manual) for f in files),
-            "info": sum(len(f.info) for f in files), "by_rule": dict(sorted(by_rule.items()))}
+    return {
+        "files": len(files),
+        "files_changed": sum(bool(f.changes) for f in files),
+        "changes": sum(len(f.changes) for f in files),
+        "manual": sum(len(f.manual) for f in files),
+        "info": sum(len(f.info) for f in files),
+        "by_rule": dict(sorted(by_rule.items())),
+    }
 
 
 def to_json(files: List[FileReport], mode: str, exit_code: int) -> dict:
     """The machine-readable report (`--report FILE.json`)."""
     counts = summary(files)
     counts["exit_code"] = exit_code
-    return {"tool": "devicekit port", "version": 1, "mode": mode,
-            "files": [f.to_json() for f in files], "summary": counts}
+    return {
+        "tool": "devicekit port",
+        "version": 1,
+        "mode": mode,
+        "files": [f.to_json() for f in files],
+        "summary": counts,
+    }
 
 
 def _one_line(code: str) -> str:
@@ -82,15 +95,19 @@ def human(files: List[FileReport], pending: bool) -> str:
     lines = []
     for f in files:
         if pending:
-            lines += [f"{f.path}:{c.line}: {c.rule}: {_one_line(c.before)} -> "
-                      f"{_one_line(c.after)}" for c in f.changes]
+            lines += [
+                f"{f.path}:{c.line}: {c.rule}: {_one_line(c.before)} -> {_one_line(c.after)}"
+                for c in f.changes
+            ]
         for m in f.manual:
             lines.append(f"{f.path}:{m.line}: manual: {m.construct}: {m.why}. Fix: {m.fix}")
         for i in f.info:
             lines.append(f"{f.path}:{i.line}: kept: {i.construct}: {i.note}")
     counts = summary(files)
     verb = "to change" if pending else "changed"
-    lines.append(f"devicekit port: {counts['files']} file(s), {counts['files_changed']} "
-                 f"{verb}, {counts['changes']} change(s), {counts['manual']} manual item(s), "
-                 f"{counts['info']} kept as harmless")
+    lines.append(
+        f"devicekit port: {counts['files']} file(s), {counts['files_changed']} "
+        f"{verb}, {counts['changes']} change(s), {counts['manual']} manual item(s), "
+        f"{counts['info']} kept as harmless"
+    )
     return "\n".join(lines)

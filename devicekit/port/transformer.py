@@ -20,18 +20,31 @@ import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from devicekit.port._plugins import (
-    CALL_RULES, KEYWORD_RULES, LEAVE_RULES, REFERENCE_RULES, UNPORTED_CALL_RULES)
+    CALL_RULES,
+    KEYWORD_RULES,
+    LEAVE_RULES,
+    REFERENCE_RULES,
+    UNPORTED_CALL_RULES,
+)
 from devicekit.port import names
 from devicekit.port.facts import Facts
 from devicekit.port.nodes import (
-    NOT_DEVICE, code, device_call, device_str, devicekit_call, is_backend_name,
-    is_devicekit_call, parse_device_string, replace_arg_value)
+    NOT_DEVICE,
+    code,
+    device_call,
+    device_str,
+    devicekit_call,
+    is_backend_name,
+    is_devicekit_call,
+    parse_device_string,
+    replace_arg_value,
+)
 from devicekit.port.report import Change, Info, Manual
 
 
 def _short(text: str, limit: int = 100) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class PortTransformer(cst.CSTTransformer):
@@ -75,8 +88,9 @@ class PortTransformer(cst.CSTTransformer):
         """The outermost expression or small statement `node` is part of."""
         while True:
             parent = self.parent(node)
-            if parent is None or isinstance(parent, (cst.SimpleStatementLine,
-                                                     cst.BaseCompoundStatement)):
+            if parent is None or isinstance(
+                parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+            ):
                 return node
             node = parent
 
@@ -95,8 +109,9 @@ class PortTransformer(cst.CSTTransformer):
 
     def reverted(self, original: cst.CSTNode) -> cst.CSTNode:
         """Forget the rewrites inside `original`; `original`, to stand as it was."""
-        self._rewrites = {key: entry for key, entry in self._rewrites.items()
-                          if id(original) not in entry[4]}
+        self._rewrites = {
+            key: entry for key, entry in self._rewrites.items() if id(original) not in entry[4]
+        }
         return original
 
     def _record(self, original: cst.CSTNode, rule: str, after: str) -> None:
@@ -105,8 +120,13 @@ class PortTransformer(cst.CSTTransformer):
         while parent is not None:
             ancestors.append(id(parent))
             parent = self.parent(parent)
-        self._rewrites[id(original)] = (self._line(original), rule,
-                                        self.module.code_for_node(original), after, ancestors)
+        self._rewrites[id(original)] = (
+            self._line(original),
+            rule,
+            self.module.code_for_node(original),
+            after,
+            ancestors,
+        )
 
     def report(self, original: cst.CSTNode, why_fix: Tuple[str, str]) -> None:
         """Record `original`, left alone, as needing a change by hand (why, fix)."""
@@ -144,8 +164,13 @@ class PortTransformer(cst.CSTTransformer):
 
     # -- values: device strings, backends, ranks ------------------------------------
 
-    def value(self, original: cst.BaseExpression, updated: cst.BaseExpression, want: str,
-              allow_int: bool = False) -> Optional[cst.BaseExpression]:
+    def value(
+        self,
+        original: cst.BaseExpression,
+        updated: cst.BaseExpression,
+        want: str,
+        allow_int: bool = False,
+    ) -> Optional[cst.BaseExpression]:
         """The ported form of a value in a position that wants a "device" (torch.device),
         a "string" (a device or backend name) or a "backend"; None when nothing to port."""
         index = parse_device_string(updated)
@@ -157,23 +182,34 @@ class PortTransformer(cst.CSTTransformer):
             # a string form made inside this value (the IfExp idiom) in a device position
             if is_devicekit_call(updated, "device_type") and not updated.args:
                 return device_call(None)
-            if isinstance(updated, cst.Call) and m.matches(updated.func, m.Name("str")) and \
-                    len(updated.args) == 1 and is_devicekit_call(updated.args[0].value, "device"):
+            if (
+                isinstance(updated, cst.Call)
+                and m.matches(updated.func, m.Name("str"))
+                and len(updated.args) == 1
+                and is_devicekit_call(updated.args[0].value, "device")
+            ):
                 return updated.args[0].value
         if want == "device" and allow_int and self.facts.holds_rank(original):
             return device_call(updated)
         return None
 
-    def port_arg(self, original: cst.Call, updated: cst.Call, arg: cst.Arg, want: str,
-                 allow_int: bool = False) -> Optional[cst.Call]:
+    def port_arg(
+        self,
+        original: cst.Call,
+        updated: cst.Call,
+        arg: cst.Arg,
+        want: str,
+        allow_int: bool = False,
+    ) -> Optional[cst.Call]:
         """`updated` with argument `arg`'s value ported (see `value`); None when nothing
         to port."""
         position = next(i for i, a in enumerate(updated.args) if a is arg)
         value = self.value(original.args[position].value, arg.value, want, allow_int)
         return None if value is None else replace_arg_value(updated, arg, value)
 
-    def keywords(self, original: cst.Call, updated: cst.Call, qualified: Set[str],
-                 method: Optional[str]) -> Tuple[cst.Call, Optional[str]]:
+    def keywords(
+        self, original: cst.Call, updated: cst.Call, qualified: Set[str], method: Optional[str]
+    ) -> Tuple[cst.Call, Optional[str]]:
         """`updated` with the keyword arguments the keyword rules port (any call:
         DataLoader(pin_memory=True), torch.load(map_location=...), torch.zeros(...,
         device="cuda"), add_argument(default="nccl"), ...), and the rule of the first one
@@ -193,11 +229,11 @@ class PortTransformer(cst.CSTTransformer):
         """`call` with each of `args` (if given and not None already) passed as
         `value if devicekit.is_available() else None`."""
         for arg in args.values():
-            if not arg or m.matches(arg.value, m.Name("None")) or \
-                    isinstance(arg.value, cst.IfExp):
+            if not arg or m.matches(arg.value, m.Name("None")) or isinstance(arg.value, cst.IfExp):
                 continue
-            guarded = cst.IfExp(test=devicekit_call("is_available"), body=arg.value,
-                                orelse=cst.Name("None"))
+            guarded = cst.IfExp(
+                test=devicekit_call("is_available"), body=arg.value, orelse=cst.Name("None")
+            )
             call = replace_arg_value(call, arg, guarded)
         return call
 
@@ -223,8 +259,9 @@ class PortTransformer(cst.CSTTransformer):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute
-                        ) -> cst.BaseExpression:
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
         return self._reference(original_node, updated_node)
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:

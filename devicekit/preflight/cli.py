@@ -32,31 +32,47 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         from devicekit.port.engine import one_line
 
-        print(f"error: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr,
-              flush=True)
+        print(f"error: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr, flush=True)
         sys.exit(EXIT_USAGE)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="devicekit preflight", allow_abbrev=False,
-        description="Run a training script here and report what it will hit on an Ascend NPU.")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="stop the script after N optimizer steps (default: let it finish)")
+        prog="devicekit preflight",
+        allow_abbrev=False,
+        description="Run a training script here and report what it will hit on an Ascend NPU.",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="stop the script after N optimizer steps (default: let it finish)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit 1 when anything would fail or fall back to the CPU on the NPU")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when anything would fail or fall back to the CPU on the NPU",
+    )
     lists = parser.add_mutually_exclusive_group()
-    lists.add_argument("--torch-npu", metavar="VERSION",
-                       help=f"the torch_npu release to check against (shipped: "
-                            f"{npu_ops.TORCH_NPU_VERSION})")
-    lists.add_argument("--ops", metavar="FILE",
-                       help="check against another release: its wheel, or the "
-                            "npu_native_functions_by_codegen.yaml from it")
-    parser.add_argument("--npu-stand-in", action="store_true",
-                        help="record on the npu stand-in (DEVICEKIT_SIMULATE=npu): a script "
-                             "on devicekit's API puts its tensors on a device named npu, and "
-                             "reads back to the host are seen exactly")
+    lists.add_argument(
+        "--torch-npu",
+        metavar="VERSION",
+        help=f"the torch_npu release to check against (shipped: {npu_ops.TORCH_NPU_VERSION})",
+    )
+    lists.add_argument(
+        "--ops",
+        metavar="FILE",
+        help="check against another release: its wheel, or the "
+        "npu_native_functions_by_codegen.yaml from it",
+    )
+    parser.add_argument(
+        "--npu-stand-in",
+        action="store_true",
+        help="record on the npu stand-in (DEVICEKIT_SIMULATE=npu): a script "
+        "on devicekit's API puts its tensors on a device named npu, and "
+        "reads back to the host are seen exactly",
+    )
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script")
     parser.add_argument("script", nargs="?", help="the training script")
     parser.add_argument("args", nargs="*", help="the script's own arguments")
@@ -73,11 +89,11 @@ def _split(argv: List[str]):
     while i < len(argv):
         token = argv[i]
         if token == "-m":
-            return argv[:i + 2], argv[i + 2:]
+            return argv[: i + 2], argv[i + 2 :]
         if token == "--":
-            return argv[:i + 2], argv[i + 2:]
+            return argv[: i + 2], argv[i + 2 :]
         if not token.startswith("-"):
-            return argv[:i + 1], argv[i + 1:]
+            return argv[: i + 1], argv[i + 1 :]
         i += 2 if token in _TAKES_VALUE else 1
     return argv, []
 
@@ -85,15 +101,19 @@ def _split(argv: List[str]):
 def _operator_list(args):
     """(the set of listed operators, the release it describes)."""
     if args.torch_npu not in (None, npu_ops.TORCH_NPU_VERSION):
-        raise UsageError(f"--torch-npu {_shown(args.torch_npu)}: devicekit ships the list of "
-                         f"{npu_ops.TORCH_NPU_VERSION} only; for another release pass "
-                         "--ops FILE with its wheel or its npu_native_functions_by_codegen.yaml")
+        raise UsageError(
+            f"--torch-npu {_shown(args.torch_npu)}: devicekit ships the list of "
+            f"{npu_ops.TORCH_NPU_VERSION} only; for another release pass "
+            "--ops FILE with its wheel or its npu_native_functions_by_codegen.yaml"
+        )
     if args.ops is None:
         return npu_ops.load(), npu_ops.TORCH_NPU_VERSION
     path = Path(args.ops)
     if not os.path.isfile(path):  # False for a name too long to be one, as for a missing file
-        raise UsageError(f"--ops {args.ops!r} does not exist: pass a torch_npu wheel or its "
-                         "npu_native_functions_by_codegen.yaml")
+        raise UsageError(
+            f"--ops {args.ops!r} does not exist: pass a torch_npu wheel or its "
+            "npu_native_functions_by_codegen.yaml"
+        )
     try:
         if path.suffix == ".whl":
             return npu_ops.from_wheel(path), path.name
@@ -105,8 +125,10 @@ def _operator_list(args):
         else:
             why = f"{type(error).__name__}: {error}"
         why = " ".join(why.split())
-        raise UsageError(f"--ops {args.ops!r} is not a torch_npu wheel or operator yaml "
-                         f"({why}): pass the file from the release you target") from None
+        raise UsageError(
+            f"--ops {args.ops!r} is not a torch_npu wheel or operator yaml "
+            f"({why}): pass the file from the release you target"
+        ) from None
 
 
 def _shown(text: str) -> str:
@@ -134,8 +156,9 @@ def _check_module(name: str) -> None:
     """UsageError unless `name` is a module name whose top-level package or module can be
     found from here (its submodules are found as the run imports it)."""
     if not all(part.isidentifier() for part in name.split(".")):
-        raise UsageError(f"-m {name!r} is not a module name: give a dotted name such as "
-                         "train or package.train")
+        raise UsageError(
+            f"-m {name!r} is not a module name: give a dotted name such as train or package.train"
+        )
     top = name.split(".")[0]
     saved = sys.path[:]
     sys.path.insert(0, os.getcwd())  # as the run has it
@@ -146,8 +169,10 @@ def _check_module(name: str) -> None:
     finally:
         sys.path[:] = saved
     if not found:
-        raise UsageError(f"-m {name!r}: no module named {top!r} in this folder or on sys.path: "
-                         "check the name, or run from the folder that holds it")
+        raise UsageError(
+            f"-m {name!r}: no module named {top!r} in this folder or on sys.path: "
+            "check the name, or run from the folder that holds it"
+        )
 
 
 def _check_json(path: str, script: Optional[str]) -> None:
@@ -159,30 +184,39 @@ def _check_json(path: str, script: Optional[str]) -> None:
     except (FileNotFoundError, NotADirectoryError):
         pass
     except (OSError, ValueError) as error:  # a NUL in the name, a name too long
-        raise UsageError(f"--json {path!r} is not a usable path "
-                         f"({getattr(error, 'strerror', None) or error}): choose another "
-                         "path") from None
+        raise UsageError(
+            f"--json {path!r} is not a usable path "
+            f"({getattr(error, 'strerror', None) or error}): choose another "
+            "path"
+        ) from None
     try:
         folder = os.path.dirname(os.path.abspath(path))
         writable = os.path.isdir(folder) and os.access(folder, os.W_OK)
-        taken = os.path.isdir(path) or (script is not None and os.path.exists(path)
-                                        and os.path.samefile(path, script))
+        taken = os.path.isdir(path) or (
+            script is not None and os.path.exists(path) and os.path.samefile(path, script)
+        )
     except (OSError, ValueError):  # a NUL in the name, a name too long
         folder, writable, taken = os.path.dirname(path), False, False
     if not writable:
-        raise UsageError(f"--json {path!r}: folder {folder!r} does not exist or is not "
-                         "writable: choose another path")
+        raise UsageError(
+            f"--json {path!r}: folder {folder!r} does not exist or is not "
+            "writable: choose another path"
+        )
     if taken:
-        raise UsageError(f"--json {path!r} is a folder or the script itself: name a new file, "
-                         "such as report.json")
+        raise UsageError(
+            f"--json {path!r} is a folder or the script itself: name a new file, "
+            "such as report.json"
+        )
 
 
 def _check_arguments(args):
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps {args.steps} must be at least 1")
     if args.module is None and args.script is None:
-        raise UsageError("preflight needs a script: devicekit preflight [options] SCRIPT "
-                         "[ARGS...] (or -m MODULE [ARGS...])")
+        raise UsageError(
+            "preflight needs a script: devicekit preflight [options] SCRIPT "
+            "[ARGS...] (or -m MODULE [ARGS...])"
+        )
     if args.script is not None:
         _check_script(args.script)
     if args.module is not None:
@@ -233,8 +267,9 @@ def main(argv: List[str]) -> int:
     recording = Recording()
     target = args.module or args.script
     outcome = run(target, args.args, args.module is not None, recording, args.steps)
-    scripts = sorted(f for f in recording.files if os.path.isfile(f)
-                     and not f.startswith(sys.prefix)) or ([args.script] if args.script else [])
+    scripts = sorted(
+        f for f in recording.files if os.path.isfile(f) and not f.startswith(sys.prefix)
+    ) or ([args.script] if args.script else [])
     context = Context(npu_ops=ops, torch_npu=release, scripts=scripts)
     checks = all_checks()
     findings = [finding for check in checks for finding in _in_order(check, recording, context)]
@@ -244,14 +279,23 @@ def main(argv: List[str]) -> int:
     if args.json:
         _write_json(args.json, report.to_json(findings, release, recording.steps))
     if recording.steps == 0 and outcome.state != "raised":
-        print(f"devicekit preflight: note: {target} made no optimizer step, so nothing is "
-              "known per step; the findings cover what it ran", file=sys.stderr)
+        print(
+            f"devicekit preflight: note: {target} made no optimizer step, so nothing is "
+            "known per step; the findings cover what it ran",
+            file=sys.stderr,
+        )
     elif args.steps is not None and outcome.state != "stopped" and outcome.exit_code == 0:
-        print(f"devicekit preflight: note: {target} ended after {recording.steps} optimizer "
-              f"step(s), before --steps {args.steps}", file=sys.stderr)
+        print(
+            f"devicekit preflight: note: {target} ended after {recording.steps} optimizer "
+            f"step(s), before --steps {args.steps}",
+            file=sys.stderr,
+        )
     if outcome.state == "raised":
-        print(f"devicekit preflight: {target} raised {type(outcome.error).__name__} at "
-              f"{outcome.where}; the report covers what ran before", file=sys.stderr)
+        print(
+            f"devicekit preflight: {target} raised {type(outcome.error).__name__} at "
+            f"{outcome.where}; the report covers what ran before",
+            file=sys.stderr,
+        )
         return 1
     if outcome.exit_code:
         return outcome.exit_code

@@ -73,8 +73,11 @@ def write_data_file(wheel_path: Union[str, Path], out_path: Union[str, Path] = D
 
 def parse_data_file(text: str) -> frozenset[str]:
     """The names in the text of a data file written by write_data_file."""
-    return frozenset(line.strip() for line in text.splitlines()
-                     if line.strip() and not line.lstrip().startswith("#"))
+    return frozenset(
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,7 +93,7 @@ def load(path: Optional[Union[str, Path]] = None) -> frozenset[str]:
 
 def canonical(name: str) -> str:
     """`name` in OpOverload.name() form: a default overload loses its ``.default``."""
-    return name[:-len(".default")] if name.endswith(".default") else name
+    return name[: -len(".default")] if name.endswith(".default") else name
 
 
 def _signature(arguments: Iterable) -> list:
@@ -125,8 +128,11 @@ def functional_name(name: str) -> Optional[str]:
     # functional's keyword-only tensor options, which an out= overload has no use for, go.
     for options in ((), _TENSOR_OPTIONS):
         for schema in functionals:
-            kept = [argument for argument in schema.arguments
-                    if not (argument.kwarg_only and argument.name in options)]
+            kept = [
+                argument
+                for argument in schema.arguments
+                if not (argument.kwarg_only and argument.name in options)
+            ]
             if _signature(kept) == wanted:
                 return f"{op}.{schema.overload_name}" if schema.overload_name else op
     return None

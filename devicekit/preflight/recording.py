@@ -22,12 +22,15 @@ import devicekit
 
 # Frames in these folders are not the user's: a finding names the innermost frame outside.
 _NOT_USER = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, devicekit)) + (
-    sysconfig.get_paths()["stdlib"] + os.sep, "<frozen ")
+    sysconfig.get_paths()["stdlib"] + os.sep,
+    "<frozen ",
+)
 # torch code whose tensors have the parameters' shapes and stay put on the host where
 # torch keeps them (optimizer step counts): not the user's shapes, nor a sync of theirs.
-_PARAMETER_CODE = tuple(os.path.join(os.path.dirname(torch.__file__), *part) + os.sep
-                        for part in (("optim",), ("nn", "parallel"), ("nn", "utils"),
-                                     ("distributed",)))
+_PARAMETER_CODE = tuple(
+    os.path.join(os.path.dirname(torch.__file__), *part) + os.sep
+    for part in (("optim",), ("nn", "parallel"), ("nn", "utils"), ("distributed",))
+)
 STACK_DEPTH = 8
 SHAPES_KEPT = 12  # distinct shapes kept per line and operator
 
@@ -61,7 +64,8 @@ class Recording:
     autocast: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     # (operator, site) -> step -> the input shapes seen in that step
     shapes: Dict[Tuple[str, Site], Dict[int, Set[tuple]]] = dataclasses.field(
-        default_factory=lambda: collections.defaultdict(dict))
+        default_factory=lambda: collections.defaultdict(dict)
+    )
     files: Set[str] = dataclasses.field(default_factory=set)
 
     def note(self, table, key, where: "Where", detail=""):
@@ -97,8 +101,9 @@ class Where:
                 internal = True
             frame = frame.f_back
         self.frame, self.internal = frame, internal
-        self.site: Site = (("<unknown>", 0) if frame is None
-                           else (frame.f_code.co_filename, frame.f_lineno))
+        self.site: Site = (
+            ("<unknown>", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+        )
 
     def stack(self) -> Tuple[str, ...]:
         """The user's frames as "file:line", innermost first (at most STACK_DEPTH)."""
@@ -125,13 +130,22 @@ def _kept_on_host(tensor, internal, computed) -> bool:
     and so do torch.optim's step counts (read by torch's own code: `internal`)."""
     if Recorder.device_seen:
         return tensor.device.type == "cpu"
-    return internal or not (tensor.requires_grad or tensor.grad_fn is not None
-                            or tensor in computed)
+    return internal or not (
+        tensor.requires_grad or tensor.grad_fn is not None or tensor in computed
+    )
 
 
-_DATA_DEPENDENT = {"aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
-                   "aten::unique_consecutive", "aten::_unique", "aten::repeat_interleave.Tensor",
-                   "aten::argwhere", "aten::nonzero_static"}
+_DATA_DEPENDENT = {
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::_unique2",
+    "aten::unique_dim",
+    "aten::unique_consecutive",
+    "aten::_unique",
+    "aten::repeat_interleave.Tensor",
+    "aten::argwhere",
+    "aten::nonzero_static",
+}
 _LOCAL_SCALAR = "aten::_local_scalar_dense"
 
 
@@ -183,11 +197,15 @@ class Recorder(TorchDispatchMode):
         # Backward mirrors the forward, whose line has its shapes and data dependence
         # already; optimizers and DDP's buckets have the parameters' shapes.
         forward = not (self._in_backward or where.internal)
-        if forward and (name in _DATA_DEPENDENT or (name == "aten::index.Tensor" and any(
-                t.dtype == torch.bool for t in _tensors(args[1:2])))):
+        if forward and (
+            name in _DATA_DEPENDENT
+            or (
+                name == "aten::index.Tensor"
+                and any(t.dtype == torch.bool for t in _tensors(args[1:2]))
+            )
+        ):
             rec.note(rec.data_dependent, (name, site), where)
-        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal,
-                                                        self._computed):
+        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal, self._computed):
             rec.note(rec.host_reads, (".item()", site), where)
         elif name == "aten::_to_copy" and off_cpu and str(kwargs.get("device")) == "cpu":
             rec.note(rec.host_reads, (".cpu()", site), where)
@@ -195,8 +213,9 @@ class Recorder(TorchDispatchMode):
             wanted, opened = self._autocast[-1]
             devices = {t.device.type for t in inputs if t.dim() > 0} or {inputs[0].device.type}
             if wanted not in devices:
-                rec.note(rec.autocast, (f"{wanted}:{'/'.join(sorted(devices))}", opened.site),
-                         opened)
+                rec.note(
+                    rec.autocast, (f"{wanted}:{'/'.join(sorted(devices))}", opened.site), opened
+                )
         if forward:
             seen = rec.shapes[(name, site)].setdefault(rec.steps, set())
             if len(seen) < SHAPES_KEPT:
@@ -218,8 +237,10 @@ class Recorder(TorchDispatchMode):
         self._undo.append(lambda: setattr(owner, name, original))
 
     def __enter__(self):
-        for handle in (optimizer_module.register_optimizer_step_post_hook(self._step_taken),
-                       optimizer_module.register_optimizer_step_pre_hook(self._step_starts)):
+        for handle in (
+            optimizer_module.register_optimizer_step_post_hook(self._step_taken),
+            optimizer_module.register_optimizer_step_pre_hook(self._step_starts),
+        ):
             self._undo.append(handle.remove)
         recorder = self
 
@@ -227,15 +248,18 @@ class Recorder(TorchDispatchMode):
             def wrapper(tensor, *args, **kwargs):
                 where = Where(sys._getframe(1))
                 if not _kept_on_host(tensor, where.internal, recorder._computed):
-                    recorder.recording.note(recorder.recording.host_reads,
-                                            (".tolist()", where.site), where)
+                    recorder.recording.note(
+                        recorder.recording.host_reads, (".tolist()", where.site), where
+                    )
                 return original(tensor, *args, **kwargs)
+
             return wrapper
 
         def enter(original):
             def wrapper(region, *args, **kwargs):
                 recorder._autocast.append((region.device, Where(sys._getframe(1))))
                 return original(region, *args, **kwargs)
+
             return wrapper
 
         def exit_(original):
@@ -243,6 +267,7 @@ class Recorder(TorchDispatchMode):
                 if recorder._autocast:
                     recorder._autocast.pop()
                 return original(region, *args, **kwargs)
+
             return wrapper
 
         def backward(original):
@@ -252,6 +277,7 @@ class Recorder(TorchDispatchMode):
                     return original(*args, **kwargs)
                 finally:
                     recorder._in_backward -= 1
+
             return wrapper
 
         self._patch(torch.Tensor, "tolist", tolist)

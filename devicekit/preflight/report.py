@@ -9,8 +9,11 @@ SHOWN_PER_KIND = 12
 
 
 def to_json(findings: List[Finding], torch_npu: str, steps: int) -> Dict[str, object]:
-    return {"torch_npu": torch_npu, "steps": steps,
-            "findings": [finding.to_json() for finding in findings]}
+    return {
+        "torch_npu": torch_npu,
+        "steps": steps,
+        "findings": [finding.to_json() for finding in findings],
+    }
 
 
 def _where(finding: Finding) -> str:
@@ -22,20 +25,26 @@ def _where(finding: Finding) -> str:
 
 def text(findings: List[Finding], checks, torch_npu: str, steps: int, outcome: str) -> str:
     kinds = [check for check in checks if any(f.kind == check.KIND for f in findings)]
-    head = (f"devicekit preflight: {len(findings)} finding(s) in {len(kinds)} kind(s), checked "
-            f"against torch_npu {torch_npu}; {steps} optimizer step(s) recorded ({outcome})")
+    head = (
+        f"devicekit preflight: {len(findings)} finding(s) in {len(kinds)} kind(s), checked "
+        f"against torch_npu {torch_npu}; {steps} optimizer step(s) recorded ({outcome})"
+    )
     lines = [head]
     for check in kinds:
         mine = [f for f in findings if f.kind == check.KIND]
         lines += ["", f"{check.KIND} ({len(mine)})"]
         width = max(len(_where(f)) for f in mine[:SHOWN_PER_KIND])
         for finding in mine[:SHOWN_PER_KIND]:
-            lines.append(f"  {_where(finding):<{width}}  {finding.detail}"
-                         + (f"  (x{finding.count})" if finding.count > 1 else ""))
+            lines.append(
+                f"  {_where(finding):<{width}}  {finding.detail}"
+                + (f"  (x{finding.count})" if finding.count > 1 else "")
+            )
         if len(mine) > SHOWN_PER_KIND:
             lines.append(f"  ... and {len(mine) - SHOWN_PER_KIND} more (--json FILE lists all)")
         lines.append(f"  what to do: {check.ADVICE}")
     if not findings:
-        lines.append("nothing this script ran would fail, fall back to the CPU or recompile "
-                     "on the NPU in the ways preflight checks")
+        lines.append(
+            "nothing this script ran would fail, fall back to the CPU or recompile "
+            "on the NPU in the ways preflight checks"
+        )
     return "\n".join(lines)

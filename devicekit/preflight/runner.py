@@ -18,8 +18,9 @@ class Outcome:
     (Ctrl-C), "exited N" or "raised"; for "raised", the error and where the user's code
     raised it."""
 
-    def __init__(self, state: str, error: Optional[BaseException] = None,
-                 where: str = "", exit_code: int = 0):
+    def __init__(
+        self, state: str, error: Optional[BaseException] = None, where: str = "", exit_code: int = 0
+    ):
         self.state, self.error, self.where, self.exit_code = state, error, where, exit_code
 
 
@@ -51,8 +52,9 @@ def _world_of_one():
     return lambda: [step() for step in reversed(undo)]
 
 
-def run(target: str, args: List[str], module: bool, recording: Recording,
-        max_steps: Optional[int]) -> Outcome:
+def run(
+    target: str, args: List[str], module: bool, recording: Recording, max_steps: Optional[int]
+) -> Outcome:
     """Run `target` (a script path, or a module name when `module`) with `args` as its
     sys.argv[1:], recording into `recording`."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -74,8 +76,11 @@ def run(target: str, args: List[str], module: bool, recording: Recording,
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         return Outcome("finished" if code == 0 else f"exited {code}", exit_code=code)
     except Exception as error:  # the user's script raised: report what ran before it
-        frames = [f for f in traceback.extract_tb(error.__traceback__)
-                  if not f.filename.startswith(os.path.dirname(__file__))]
+        frames = [
+            f
+            for f in traceback.extract_tb(error.__traceback__)
+            if not f.filename.startswith(os.path.dirname(__file__))
+        ]
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
         return Outcome("raised", error, where, exit_code=1)

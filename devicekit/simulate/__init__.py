@@ -32,8 +32,10 @@ def requested(environ: Mapping[str, str]) -> Optional[str]:
     if not value:
         return None
     if value not in CHOICES:
-        raise UsageError(f"{SIMULATE_ENV}={environ[SIMULATE_ENV]!r} is not a device devicekit "
-                         f"can simulate: use {' or '.join(CHOICES)}, or unset it")
+        raise UsageError(
+            f"{SIMULATE_ENV}={environ[SIMULATE_ENV]!r} is not a device devicekit "
+            f"can simulate: use {' or '.join(CHOICES)}, or unset it"
+        )
     return value
 
 
@@ -43,8 +45,10 @@ def visible_count(environ: Mapping[str, str]) -> int:
     raw = environ.get(DEVICES_ENV, str(DEFAULT_DEVICES)).strip()
     # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
     if not re.fullmatch(r"[0-9]{1,3}", raw) or not 1 <= int(raw) <= MAX_DEVICES:
-        raise UsageError(f"{DEVICES_ENV}={environ[DEVICES_ENV]!r} must be a whole number of "
-                         f"simulated NPUs from 1 to {MAX_DEVICES}")
+        raise UsageError(
+            f"{DEVICES_ENV}={environ[DEVICES_ENV]!r} must be a whole number of "
+            f"simulated NPUs from 1 to {MAX_DEVICES}"
+        )
     total = int(raw)
     if environ.get(VISIBLE_ENV) is None:
         return total
@@ -54,9 +58,11 @@ def visible_count(environ: Mapping[str, str]) -> int:
         return 0  # the runtime sees no device; devicekit's npu kind says why
     absent = [i for i in ids if i >= total]
     if absent:
-        raise UsageError(f"{VISIBLE_ENV}={environ[VISIBLE_ENV]!r} names NPU {absent[0]}, but "
-                         f"this machine has {total} (0-{total - 1}; simulated, {DEVICES_ENV}="
-                         f"{total}): list devices that exist")
+        raise UsageError(
+            f"{VISIBLE_ENV}={environ[VISIBLE_ENV]!r} names NPU {absent[0]}, but "
+            f"this machine has {total} (0-{total - 1}; simulated, {DEVICES_ENV}="
+            f"{total}): list devices that exist"
+        )
     return len(ids)
 
 
@@ -76,13 +82,17 @@ def activate(devices: int = DEFAULT_DEVICES) -> None:
     import torch
 
     if "torch_npu" in sys.modules or importlib.util.find_spec("torch_npu") is not None:
-        raise UsageError(f"{SIMULATE_ENV}=npu, but torch_npu is installed here: the stand-in "
-                         f"and a real NPU stack cannot share a process; unset {SIMULATE_ENV} "
-                         "to use torch_npu, or run the simulation in an environment without it")
+        raise UsageError(
+            f"{SIMULATE_ENV}=npu, but torch_npu is installed here: the stand-in "
+            f"and a real NPU stack cannot share a process; unset {SIMULATE_ENV} "
+            "to use torch_npu, or run the simulation in an environment without it"
+        )
     owner = torch._C._get_privateuse1_backend_name()
     if owner not in ("privateuseone", "npu"):
-        raise UsageError(f"{SIMULATE_ENV}=npu, but torch's extension device is taken by "
-                         f"{owner!r} in this process: unset {SIMULATE_ENV}")
+        raise UsageError(
+            f"{SIMULATE_ENV}=npu, but torch's extension device is taken by "
+            f"{owner!r} in this process: unset {SIMULATE_ENV}"
+        )
 
     from devicekit.simulate import build, hccl, npu_amp, npu_module, rnn
 
@@ -114,4 +124,5 @@ def _settle_autograd_threads(pid: int) -> None:
     for index in range(torch.npu.device_count()):
         leaf = torch.zeros((), device=f"npu:{index}", requires_grad=True)
         Variable._execution_engine.run_backward(
-            (leaf * 1,), (torch.ones((), device=leaf.device),), False, False, (), True, True)
+            (leaf * 1,), (torch.ones((), device=leaf.device),), False, False, (), True, True
+        )

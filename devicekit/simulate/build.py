@@ -73,9 +73,10 @@ def load() -> ModuleType:
             root.mkdir(parents=True, exist_ok=True)
             lock = open(root / "npu-standin.lock", "w")
     except OSError as error:
-        raise UsageError(f"the npu stand-in's build cache {str(root)!r} is not writable "
-                         f"({error.strerror or error}): set {CACHE_ENV} to a writable folder"
-                         ) from None
+        raise UsageError(
+            f"the npu stand-in's build cache {str(root)!r} is not writable "
+            f"({error.strerror or error}): set {CACHE_ENV} to a writable folder"
+        ) from None
     if built:
         return _import(folder)
     with lock:
@@ -87,7 +88,8 @@ def load() -> ModuleType:
             raise UsageError(
                 f"DEVICEKIT_SIMULATE=npu compiles a small C++ extension on first use and "
                 f"needs {missing}: install them (Debian/Ubuntu: apt-get install g++ "
-                f"ninja-build; or pip install ninja) and run again")
+                f"ninja-build; or pip install ninja) and run again"
+            )
         return _build(root, folder)
 
 
@@ -96,14 +98,18 @@ def _build(root: Path, folder: Path) -> ModuleType:
 
     staging = Path(tempfile.mkdtemp(prefix="npu-standin-build.", dir=root))
     try:
-        module = compile_and_load(NAME, [str(SOURCE)], build_directory=str(staging),
-                                  extra_cflags=["-O2"], verbose=False)
+        module = compile_and_load(
+            NAME, [str(SOURCE)], build_directory=str(staging), extra_cflags=["-O2"], verbose=False
+        )
     except (RuntimeError, OSError) as error:
         shutil.rmtree(staging, ignore_errors=True)
-        first = next((line for line in str(error).splitlines() if "error" in line.lower()),
-                     str(error).strip().splitlines()[0] if str(error).strip() else repr(error))
-        raise UsageError(f"DEVICEKIT_SIMULATE=npu: building the stand-in failed: "
-                         f"{first.strip()}") from None
+        first = next(
+            (line for line in str(error).splitlines() if "error" in line.lower()),
+            str(error).strip().splitlines()[0] if str(error).strip() else repr(error),
+        )
+        raise UsageError(
+            f"DEVICEKIT_SIMULATE=npu: building the stand-in failed: {first.strip()}"
+        ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

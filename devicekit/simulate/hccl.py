@@ -13,10 +13,26 @@ BACKEND = "hccl"
 
 # The ProcessGroup methods torch.distributed and DDP call, each passed on to gloo.
 _COLLECTIVES = (
-    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-    "allgather_into_tensor_coalesced", "broadcast", "reduce", "gather", "scatter",
-    "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
-    "alltoall_base", "alltoall", "send", "recv", "recv_anysource", "barrier")
+    "allreduce",
+    "allreduce_coalesced",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "alltoall_base",
+    "alltoall",
+    "send",
+    "recv",
+    "recv_anysource",
+    "barrier",
+)
 
 
 class HcclOverGloo(dist.ProcessGroup):

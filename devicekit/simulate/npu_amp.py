@@ -9,8 +9,9 @@ from torch.amp.grad_scaler import _refresh_per_optimizer_state
 class autocast(torch.amp.autocast_mode.autocast):
     """`torch.autocast("npu", ...)` under torch_npu's older name."""
 
-    def __init__(self, enabled: bool = True, dtype: torch.dtype = torch.float16,
-                 cache_enabled: bool = True):
+    def __init__(
+        self, enabled: bool = True, dtype: torch.dtype = torch.float16, cache_enabled: bool = True
+    ):
         super().__init__("npu", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 
 
@@ -18,16 +19,23 @@ class GradScaler(torch.amp.GradScaler):
     """torch's GradScaler for "npu"; `dynamic=False` keeps the loss scale fixed, as
     torch_npu's static loss scale does."""
 
-    def __init__(self,
-                 init_scale=2. ** 16,
-                 growth_factor=2.0,
-                 backoff_factor=0.5,
-                 growth_interval=2000,
-                 dynamic=True,
-                 enabled=True):
-        super().__init__("npu", init_scale=init_scale, growth_factor=growth_factor,
-                         backoff_factor=backoff_factor, growth_interval=growth_interval,
-                         enabled=enabled)
+    def __init__(
+        self,
+        init_scale=2.0**16,
+        growth_factor=2.0,
+        backoff_factor=0.5,
+        growth_interval=2000,
+        dynamic=True,
+        enabled=True,
+    ):
+        super().__init__(
+            "npu",
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            enabled=enabled,
+        )
         self._dynamic = dynamic
 
     def update(self, new_scale=None):

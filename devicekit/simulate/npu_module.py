@@ -121,11 +121,11 @@ def initial_seed():
     return torch.default_generator.initial_seed()
 
 
-def get_rng_state(device: Union[int, str, torch.device] = 'npu') -> torch.Tensor:
+def get_rng_state(device: Union[int, str, torch.device] = "npu") -> torch.Tensor:
     return torch.default_generator.get_state()
 
 
-def set_rng_state(new_state: torch.Tensor, device: Union[int, str, torch.device] = 'npu') -> None:
+def set_rng_state(new_state: torch.Tensor, device: Union[int, str, torch.device] = "npu") -> None:
     torch.default_generator.set_state(new_state)
 
 
@@ -155,14 +155,36 @@ def reset_peak_memory_stats(device=None):
 
 def memory_stats(device=None):
     return collections.OrderedDict(
-        (f"{name}.all.{which}", 0) for name in ("allocated_bytes", "reserved_bytes")
-        for which in ("current", "peak"))
+        (f"{name}.all.{which}", 0)
+        for name in ("allocated_bytes", "reserved_bytes")
+        for which in ("current", "peak")
+    )
 
 
 __all__: List[str] = [
-    "current_device", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
-    "get_device_name", "get_rng_state", "initial_seed", "is_autocast_enabled",
-    "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
-    "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
-    "memory_stats", "reset_peak_memory_stats", "seed", "set_compile_mode", "set_device",
-    "set_rng_state", "synchronize"]
+    "current_device",
+    "device",
+    "device_count",
+    "empty_cache",
+    "get_amp_supported_dtype",
+    "get_device_name",
+    "get_rng_state",
+    "initial_seed",
+    "is_autocast_enabled",
+    "is_available",
+    "is_bf16_supported",
+    "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
+    "set_compile_mode",
+    "set_device",
+    "set_rng_state",
+    "synchronize",
+]

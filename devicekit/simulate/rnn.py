@@ -22,10 +22,18 @@ def _lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     i, f, g, o = workspace.chunk(4, 1)
     tanh_cy = cy.tanh()
     grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
-    grad_c = (torch.zeros_like(cy) if grad_cy is None else grad_cy) + \
-        grad_hy * o * (1 - tanh_cy * tanh_cy)
-    grad_gates = torch.cat([grad_c * g * i * (1 - i), grad_c * cx * f * (1 - f),
-                            grad_c * i * (1 - g * g), grad_hy * tanh_cy * o * (1 - o)], 1)
+    grad_c = (torch.zeros_like(cy) if grad_cy is None else grad_cy) + grad_hy * o * (
+        1 - tanh_cy * tanh_cy
+    )
+    grad_gates = torch.cat(
+        [
+            grad_c * g * i * (1 - i),
+            grad_c * cx * f * (1 - f),
+            grad_c * i * (1 - g * g),
+            grad_hy * tanh_cy * o * (1 - o),
+        ],
+        1,
+    )
     grad_bias = grad_gates.sum(0) if has_bias else None
     return grad_gates, grad_c * f, grad_bias
 
@@ -60,8 +68,10 @@ def register() -> None:
     if _library is not None:
         return
     _library = torch.library.Library("aten", "IMPL")
-    for name, kernel in (("_thnn_fused_lstm_cell", _lstm_cell),
-                         ("_thnn_fused_lstm_cell_backward_impl", _lstm_cell_backward),
-                         ("_thnn_fused_gru_cell", _gru_cell),
-                         ("_thnn_fused_gru_cell_backward", _gru_cell_backward)):
+    for name, kernel in (
+        ("_thnn_fused_lstm_cell", _lstm_cell),
+        ("_thnn_fused_lstm_cell_backward_impl", _lstm_cell_backward),
+        ("_thnn_fused_gru_cell", _gru_cell),
+        ("_thnn_fused_gru_cell_backward", _gru_cell_backward),
+    ):
         _library.impl(name, kernel, "PrivateUse1")

@@ -31,8 +31,11 @@ def write_forever(target, log, megabytes):
     say("ready", epoch, os.getpid())
     while True:
         epoch += 1
-        state = {"epoch": epoch, "weights": torch.full((numel,), float(epoch)),
-                 "last": torch.tensor([epoch])}
+        state = {
+            "epoch": epoch,
+            "weights": torch.full((numel,), float(epoch)),
+            "last": torch.tensor([epoch]),
+        }
         say("start", epoch)
         checkpoint.save_atomic(state, target)
         say("done", epoch)

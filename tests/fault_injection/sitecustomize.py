@@ -34,8 +34,16 @@ def _fault_now(rank, step):
 
         tmp = f"{stamp}.{os.getpid()}.tmp"
         with open(tmp, "w") as handle:
-            json.dump({"time": time.time(), "rank": rank, "step": step, "pid": os.getpid(),
-                       "kind": _KIND}, handle)
+            json.dump(
+                {
+                    "time": time.time(),
+                    "rank": rank,
+                    "step": step,
+                    "pid": os.getpid(),
+                    "kind": _KIND,
+                },
+                handle,
+            )
         os.replace(tmp, stamp)  # the test never reads half a stamp
     if _KIND == "kill":
         import signal
@@ -92,9 +100,10 @@ def _patch_optimizer(_module):
     torch.optim.Optimizer.zero_grad = wrapped_zero_grad
 
 
-_TARGET, _PATCH = {"trainer": ("trainer.loop", _patch),
-                   "optimizer": ("devicekit.distributed", _patch_optimizer)}[
-    os.environ.get("FAULT_TARGET", "trainer")]
+_TARGET, _PATCH = {
+    "trainer": ("trainer.loop", _patch),
+    "optimizer": ("devicekit.distributed", _patch_optimizer),
+}[os.environ.get("FAULT_TARGET", "trainer")]
 
 
 class _PatchTrainerLoop:

@@ -30,8 +30,12 @@ def probing_synchronize(*args, **kwargs):
 
 torch.autocast.__enter__ = probing_enter
 torch.npu.synchronize = probing_synchronize
-atexit.register(lambda: print(f"PROBE rank={os.environ.get('RANK', '0')} "
-                              f"autocast={sorted(entered)} synchronize={synchronized[0]}",
-                              flush=True))
+atexit.register(
+    lambda: print(
+        f"PROBE rank={os.environ.get('RANK', '0')} "
+        f"autocast={sorted(entered)} synchronize={synchronized[0]}",
+        flush=True,
+    )
+)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -42,15 +42,20 @@ def main(out_path):
     on_device = devicekit.load_checkpoint(out_path, map_location=device)
     on_cpu = devicekit.load_checkpoint(out_path, map_location="cpu")
     report = {
-        "rank": devicekit.rank(), "world_size": devicekit.world_size(),
-        "device": str(device), "backend": devicekit.backend(),
+        "rank": devicekit.rank(),
+        "world_size": devicekit.world_size(),
+        "device": str(device),
+        "backend": devicekit.backend(),
         "process_group": torch.distributed.get_backend(),
-        "devices": sorted(seen["devices"]), "autocast_dtypes": sorted(seen["autocast_dtypes"]),
-        "scaler": type(scaler).__name__, "scale": scaler.get_scale(),
+        "devices": sorted(seen["devices"]),
+        "autocast_dtypes": sorted(seen["autocast_dtypes"]),
+        "scaler": type(scaler).__name__,
+        "scale": scaler.get_scale(),
         "loaded_on": sorted({str(t.device) for t in on_device["model"].values()}),
         "loaded_on_cpu": sorted({str(t.device) for t in on_cpu["model"].values()}),
-        "same_values": all(torch.equal(on_device["model"][k].cpu(), on_cpu["model"][k])
-                           for k in on_cpu["model"]),
+        "same_values": all(
+            torch.equal(on_device["model"][k].cpu(), on_cpu["model"][k]) for k in on_cpu["model"]
+        ),
         "weights": devicekit.fingerprint(model),
     }
     print(json.dumps(report), flush=True)

@@ -42,17 +42,21 @@ REFERENCE_RULES: List[Callable] = []
 
 def leave(node_type: Type[cst.CSTNode]) -> Callable[[Rule], Rule]:
     """Register a rewrite of `node_type` nodes."""
+
     def register(rule: Rule) -> Rule:
         LEAVE_RULES.setdefault(node_type, []).append(rule)
         return rule
+
     return register
 
 
 def call(when: CallMatcher) -> Callable[[Rule], Rule]:
     """Register a rewrite of the calls `when` matches."""
+
     def register(rule: Rule) -> Rule:
         CALL_RULES.append((when, rule))
         return rule
+
     return register
 
 
@@ -64,9 +68,11 @@ def unported_call(rule: Rule) -> Rule:
 
 def keyword(name: str, rule_id: str) -> Callable[[Rule], Rule]:
     """Register the rewrite of keyword argument `name=`, reported as `rule_id`."""
+
     def register(rule: Rule) -> Rule:
         KEYWORD_RULES[name] = (rule_id, rule)
         return rule
+
     return register
 
 
@@ -77,10 +83,33 @@ def reference(rule: Rule) -> Rule:
 
 
 # Importing a plugin registers its rules, in this order (see above).
-PLUGINS = [importlib.import_module(f"{__name__}.{name}") for name in (
-    "cuda_method", "to_device", "pin_memory", "local_rank_alias", "torch_device",
-    "device_argument", "autocast", "grad_scaler", "init_process_group", "ddp_device_ids",
-    "spawn_launch", "destroy_process_group", "torch_cuda_api", "out_of_memory_error",
-    "map_location", "backend", "argparse_default", "master_env_setdefault", "device_string",
-    "accelerator_branch", "accelerator_guard", "capability_question", "npu_setting",
-    "harmless", "manual")]
+PLUGINS = [
+    importlib.import_module(f"{__name__}.{name}")
+    for name in (
+        "cuda_method",
+        "to_device",
+        "pin_memory",
+        "local_rank_alias",
+        "torch_device",
+        "device_argument",
+        "autocast",
+        "grad_scaler",
+        "init_process_group",
+        "ddp_device_ids",
+        "spawn_launch",
+        "destroy_process_group",
+        "torch_cuda_api",
+        "out_of_memory_error",
+        "map_location",
+        "backend",
+        "argparse_default",
+        "master_env_setdefault",
+        "device_string",
+        "accelerator_branch",
+        "accelerator_guard",
+        "capability_question",
+        "npu_setting",
+        "harmless",
+        "manual",
+    )
+]

@@ -33,9 +33,11 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 _RULE = "accelerator-branch"
-_MANUAL = ("a comparison with a backend or an indexed device name: what it asks cannot be "
-           "read from it", "write devicekit.is_accelerator(device) for \"is this an "
-           "accelerator?\", or compare with devicekit.backend() / devicekit.device(i)")
+_MANUAL = (
+    "a comparison with a backend or an indexed device name: what it asks cannot be read from it",
+    'write devicekit.is_accelerator(device) for "is this an '
+    'accelerator?", or compare with devicekit.backend() / devicekit.device(i)',
+)
 
 
 def _names_a_device(node: cst.CSTNode) -> bool:
@@ -44,8 +46,9 @@ def _names_a_device(node: cst.CSTNode) -> bool:
 
 
 def _asks_devicekit(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(
-        value=m.Name("devicekit")))
+    return isinstance(node, cst.Call) and m.matches(
+        node.func, m.Attribute(value=m.Name("devicekit"))
+    )
 
 
 def _asks(value: cst.BaseExpression, negated: bool, like: cst.CSTNode) -> cst.BaseExpression:
@@ -57,38 +60,53 @@ def _asks(value: cst.BaseExpression, negated: bool, like: cst.CSTNode) -> cst.Ba
 
 
 @leave(cst.Comparison)
-def comparison(port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
-               ) -> Optional[cst.BaseExpression]:
-    """"cuda" in device -> devicekit.is_accelerator(device); device_type == "cuda" ->
+def comparison(
+    port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
+) -> Optional[cst.BaseExpression]:
+    """ "cuda" in device -> devicekit.is_accelerator(device); device_type == "cuda" ->
     device_type == devicekit.accelerator_type()."""
     operands = [original.left] + [c.comparator for c in original.comparisons]
-    if not any(map(_names_a_device, operands)) or any(map(_asks_devicekit, operands)) or \
-            guards_device_only_code(port, original):
+    if (
+        not any(map(_names_a_device, operands))
+        or any(map(_asks_devicekit, operands))
+        or guards_device_only_code(port, original)
+    ):
         return None
     if len(original.comparisons) == 1:
         operator = original.comparisons[0].operator
         left, right = updated.left, updated.comparisons[0].comparator
-        if isinstance(operator, (cst.Equal, cst.NotEqual)) and \
-                is_accelerator_name(left) != is_accelerator_name(right):
+        if isinstance(operator, (cst.Equal, cst.NotEqual)) and is_accelerator_name(
+            left
+        ) != is_accelerator_name(right):
             if len(port.facts.compared_kinds) > 1:
                 return None  # `== "npu"` beside `== "cuda"`: the script tells them apart
             answer = devicekit_call("accelerator_type")
             if is_accelerator_name(left):
                 return port.changed(original, _RULE, updated.with_changes(left=answer))
-            return port.changed(original, _RULE, updated.with_changes(comparisons=[
-                updated.comparisons[0].with_changes(comparator=answer)]))
+            return port.changed(
+                original,
+                _RULE,
+                updated.with_changes(
+                    comparisons=[updated.comparisons[0].with_changes(comparator=answer)]
+                ),
+            )
         if isinstance(operator, (cst.In, cst.NotIn)) and is_accelerator_name(left):
-            return port.changed(original, _RULE, _asks(
-                right, isinstance(operator, cst.NotIn), original))
+            return port.changed(
+                original, _RULE, _asks(right, isinstance(operator, cst.NotIn), original)
+            )
     port.report(original, _MANUAL)
     return None
 
 
 @call(lambda port, qualified, method: method == "startswith")
-def startswith(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-               qualified: Set[str]) -> Optional[cst.BaseExpression]:
+def startswith(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.BaseExpression]:
     """device.startswith("cuda") -> devicekit.is_accelerator(device)."""
-    if len(updated.args) != 1 or updated.args[0].keyword is not None or \
-            not is_accelerator_name(updated.args[0].value):
+    if (
+        len(updated.args) != 1
+        or updated.args[0].keyword is not None
+        or not is_accelerator_name(updated.args[0].value)
+    ):
         return None
     return port.changed(original, _RULE, _asks(updated.func.value, False, original))

@@ -39,8 +39,11 @@ def _demands_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
     """`torch.cuda.is_available()`, `torch.cuda.device_count() > 0` (or `>= 1`)."""
     if _is_call_of(port, test, _AVAILABLE):
         return True
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
-            _is_call_of(port, test.left, _COUNT):
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and _is_call_of(port, test.left, _COUNT)
+    ):
         target = test.comparisons[0]
         bound = {cst.GreaterThan: "0", cst.GreaterThanEqual: "1"}.get(type(target.operator))
         return isinstance(target.comparator, cst.Integer) and target.comparator.value == bound
@@ -61,21 +64,25 @@ def _only_stops(port: "PortTransformer", block: cst.BaseSuite) -> bool:
 
 def _stops(small: cst.BaseSmallStatement) -> bool:
     return isinstance(small, cst.Raise) or (
-        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
-        and code(small.value.func) in _EXITS)
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and code(small.value.func) in _EXITS
+    )
 
 
 def _reports(small: cst.BaseSmallStatement) -> bool:
     if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
         return False
     func = small.value.func
-    return code(func) in _MESSAGES or m.matches(func, m.Attribute(
-        value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS))))
+    return code(func) in _MESSAGES or m.matches(
+        func, m.Attribute(value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS)))
+    )
 
 
 @leave(cst.Assert)
-def assertion(port: "PortTransformer", original: cst.Assert, updated: cst.Assert
-              ) -> Optional[cst.RemovalSentinel]:
+def assertion(
+    port: "PortTransformer", original: cst.Assert, updated: cst.Assert
+) -> Optional[cst.RemovalSentinel]:
     """assert torch.cuda.is_available(), "...": removed."""
     if not _demands_accelerator(port, original.test):
         return None
@@ -83,28 +90,39 @@ def assertion(port: "PortTransformer", original: cst.Assert, updated: cst.Assert
 
 
 @leave(cst.If)
-def if_statement(port: "PortTransformer", original: cst.If, updated: cst.If
-                 ) -> Union[None, cst.RemovalSentinel, cst.Else,
-                            cst.FlattenSentinel[cst.BaseStatement]]:
+def if_statement(
+    port: "PortTransformer", original: cst.If, updated: cst.If
+) -> Union[None, cst.RemovalSentinel, cst.Else, cst.FlattenSentinel[cst.BaseStatement]]:
     """if not torch.cuda.is_available(): exit: removed; an available-or-exit branch: its
     setup, unconditional."""
     test = original.test
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and \
-            _demands_accelerator(port, test.expression) and original.orelse is None and \
-            _only_stops(port, original.body):
+    if (
+        isinstance(test, cst.UnaryOperation)
+        and isinstance(test.operator, cst.Not)
+        and _demands_accelerator(port, test.expression)
+        and original.orelse is None
+        and _only_stops(port, original.body)
+    ):
         return port.removed(original, _RULE)
     orelse = original.orelse
-    if not (_demands_accelerator(port, test) and isinstance(orelse, cst.Else)
-            and _only_stops(port, orelse.body)) or guards_device_only_code(port, test):
+    if not (
+        _demands_accelerator(port, test)
+        and isinstance(orelse, cst.Else)
+        and _only_stops(port, orelse.body)
+    ) or guards_device_only_code(port, test):
         return None
     parent = port.parent(original)
     if isinstance(parent, cst.If) and parent.orelse is original:  # elif ...: / else: exit
-        return port.changed(original, _RULE, cst.Else(body=updated.body,
-                                                      leading_lines=updated.leading_lines))
-    body: List[cst.BaseStatement] = list(updated.body.body) \
-        if isinstance(updated.body, cst.IndentedBlock) else [cst.SimpleStatementLine(
-            body=updated.body.body)]
+        return port.changed(
+            original, _RULE, cst.Else(body=updated.body, leading_lines=updated.leading_lines)
+        )
+    body: List[cst.BaseStatement] = (
+        list(updated.body.body)
+        if isinstance(updated.body, cst.IndentedBlock)
+        else [cst.SimpleStatementLine(body=updated.body.body)]
+    )
     body[0] = body[0].with_changes(  # the comments above the `if` stay above its setup
-        leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+        leading_lines=[*updated.leading_lines, *body[0].leading_lines]
+    )
     port.changed(original, _RULE, cst.Module(body=body))
     return cst.FlattenSentinel(body)

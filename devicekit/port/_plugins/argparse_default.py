@@ -13,9 +13,14 @@ if TYPE_CHECKING:
 
 
 @keyword("default", "argparse-default")
-def argparse_default(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                     arg: cst.Arg, qualified: Set[str], method: Optional[str]
-                     ) -> Optional[cst.Call]:
+def argparse_default(
+    port: "PortTransformer",
+    original: cst.Call,
+    updated: cst.Call,
+    arg: cst.Arg,
+    qualified: Set[str],
+    method: Optional[str],
+) -> Optional[cst.Call]:
     """add_argument(..., default="nccl") -> add_argument(..., default=devicekit.backend())."""
     if method != "add_argument":
         return None

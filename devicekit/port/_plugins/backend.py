@@ -13,7 +13,13 @@ if TYPE_CHECKING:
 
 
 @keyword("backend", "backend")
-def backend(port: "PortTransformer", original: cst.Call, updated: cst.Call, arg: cst.Arg,
-            qualified: Set[str], method: Optional[str]) -> Optional[cst.Call]:
+def backend(
+    port: "PortTransformer",
+    original: cst.Call,
+    updated: cst.Call,
+    arg: cst.Arg,
+    qualified: Set[str],
+    method: Optional[str],
+) -> Optional[cst.Call]:
     """backend="nccl" -> backend=devicekit.backend()."""
     return port.port_arg(original, updated, arg, "string")

@@ -16,31 +16,37 @@ from devicekit.port._plugins import leave
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
-_WHY_FIX = ("part of this question is a device property devicekit does not answer; ported "
-            "in part, it would ask CUDA (or torch.npu) on the other devices",
-            "ask devicekit the whole question: devicekit.is_bf16_supported() for bfloat16, "
-            "or decide from devicekit.device_type() and read the property only on that device")
+_WHY_FIX = (
+    "part of this question is a device property devicekit does not answer; ported "
+    "in part, it would ask CUDA (or torch.npu) on the other devices",
+    "ask devicekit the whole question: devicekit.is_bf16_supported() for bfloat16, "
+    "or decide from devicekit.device_type() and read the property only on that device",
+)
 
 
 def _asks_a_property(port: "PortTransformer", call: cst.Call) -> bool:
     for name in port.qualified(call.func):
         cuda = names.cuda_twin(name) or name
-        if cuda.startswith("torch.cuda.") and \
-                cuda[len("torch.cuda."):] not in names.DEVICEKIT_FUNCTIONS and \
-                names.manual_reason(name) is not None:
+        if (
+            cuda.startswith("torch.cuda.")
+            and cuda[len("torch.cuda.") :] not in names.DEVICEKIT_FUNCTIONS
+            and names.manual_reason(name) is not None
+        ):
             return True
     return False
 
 
 @leave(cst.BooleanOperation)
-def capability_question(port: "PortTransformer", original: cst.BooleanOperation,
-                        updated: cst.BooleanOperation) -> Optional[cst.BooleanOperation]:
+def capability_question(
+    port: "PortTransformer", original: cst.BooleanOperation, updated: cst.BooleanOperation
+) -> Optional[cst.BooleanOperation]:
     """is_available() and get_device_capability() >= (8, 0): left whole, reported."""
     if isinstance(port.parent(original), cst.BooleanOperation):
         return None  # the outermost one decides
     calls = m.findall(original, m.Call())
-    if not any(_asks_a_property(port, c) for c in calls if isinstance(c, cst.Call)) or \
-            updated.deep_equals(original):
+    if not any(
+        _asks_a_property(port, c) for c in calls if isinstance(c, cst.Call)
+    ) or updated.deep_equals(original):
         return None
     port.report(original, _WHY_FIX)
     return port.reverted(original)

@@ -15,10 +15,14 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-@call(lambda port, qualified, method: method in ("cuda", "npu")
-      and not qualified & {"torch.cuda", "torch.npu"})
-def cuda_method(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                qualified: Set[str]) -> cst.Call:
+@call(
+    lambda port, qualified, method: (
+        method in ("cuda", "npu") and not qualified & {"torch.cuda", "torch.npu"}
+    )
+)
+def cuda_method(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> cst.Call:
     """x.cuda(), x.cuda(i), x.cuda(i, non_blocking=True) -> x.to(devicekit.device(i), ...)."""
     bound = bound_args(updated, ("device", "non_blocking", "memory_format"))
     if len(bound) != len(updated.args):
@@ -34,12 +38,23 @@ def cuda_method(port: "PortTransformer", original: cst.Call, updated: cst.Call,
         target = index.value  # x.cuda(device) with device = torch.device(...)
     else:
         target = device_call(index.value)
-    rest = [keyword(name, bound[name].value) if bound[name].keyword is None
-            else bound[name].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            for name in ("non_blocking", "memory_format") if name in bound]
+    rest = [
+        keyword(name, bound[name].value)
+        if bound[name].keyword is None
+        else bound[name].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        for name in ("non_blocking", "memory_format")
+        if name in bound
+    ]
     args = [cst.Arg(target)] + rest
-    args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            for a in args[:-1]] + args[-1:]
+    args = [
+        a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        for a in args[:-1]
+    ] + args[-1:]
     spacing = {} if updated.args else {"whitespace_before_args": cst.SimpleWhitespace("")}
-    return port.changed(original, "cuda-method", updated.with_changes(
-        func=updated.func.with_changes(attr=cst.Name("to")), args=args, **spacing))
+    return port.changed(
+        original,
+        "cuda-method",
+        updated.with_changes(
+            func=updated.func.with_changes(attr=cst.Name("to")), args=args, **spacing
+        ),
+    )

@@ -15,14 +15,17 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: bool(qualified & names.DDP))
-def ddp_device_ids(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                   qualified: Set[str]) -> Optional[cst.Call]:
+def ddp_device_ids(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """DDP(model, device_ids=[i], output_device=i): the same ids where there is an
     accelerator, none on a CPU."""
     bound = bound_args(updated, names.DDP_PARAMS)
-    result = port.accelerator_only(updated, {name: bound.get(name)
-                                             for name in ("device_ids", "output_device")})
+    result = port.accelerator_only(
+        updated, {name: bound.get(name) for name in ("device_ids", "output_device")}
+    )
     if result is updated:
         return None
-    return port.changed(original, "ddp-device-ids",
-                        port.keywords(original, result, qualified, None)[0])
+    return port.changed(
+        original, "ddp-device-ids", port.keywords(original, result, qualified, None)[0]
+    )

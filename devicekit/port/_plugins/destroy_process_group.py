@@ -15,10 +15,10 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: bool(qualified & names.DESTROY))
-def destroy_process_group(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                          qualified: Set[str]) -> Optional[cst.Call]:
+def destroy_process_group(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """destroy_process_group() -> devicekit.destroy_process_group()."""
     if updated.args:
         return None
-    return port.changed(original, "destroy-process-group",
-                        devicekit_call("destroy_process_group"))
+    return port.changed(original, "destroy-process-group", devicekit_call("destroy_process_group"))

@@ -22,8 +22,9 @@ _DEVICE_METHODS = {"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_
 
 
 @call(lambda port, qualified, method: bool(qualified & names.SET_DEFAULT_DEVICE))
-def first_arg_device(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                     qualified: Set[str]) -> Optional[cst.Call]:
+def first_arg_device(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """torch.set_default_device("cuda") -> torch.set_default_device(devicekit.device())."""
     if not updated.args or updated.args[0].keyword is not None:
         return None
@@ -32,10 +33,16 @@ def first_arg_device(port: "PortTransformer", original: cst.Call, updated: cst.C
 
 
 @keyword("device", "device-argument")
-def device_keyword(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                   arg: cst.Arg, qualified: Set[str], method: Optional[str]
-                   ) -> Optional[cst.Call]:
+def device_keyword(
+    port: "PortTransformer",
+    original: cst.Call,
+    updated: cst.Call,
+    arg: cst.Arg,
+    qualified: Set[str],
+    method: Optional[str],
+) -> Optional[cst.Call]:
     """device="cuda" -> device=devicekit.device() (torch) or devicekit.device_type()."""
     torch_call = any(q.startswith("torch.") for q in qualified) or method in _DEVICE_METHODS
-    return port.port_arg(original, updated, arg, "device" if torch_call else "string",
-                         allow_int=torch_call)
+    return port.port_arg(
+        original, updated, arg, "device" if torch_call else "string", allow_int=torch_call
+    )

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 
 @leave(cst.IfExp)
-def conditional(port: "PortTransformer", original: cst.IfExp, updated: cst.IfExp
-                ) -> Optional[cst.BaseExpression]:
-    """"cuda" if torch.cuda.is_available() else "cpu" -> devicekit.device_type()."""
+def conditional(
+    port: "PortTransformer", original: cst.IfExp, updated: cst.IfExp
+) -> Optional[cst.BaseExpression]:
+    """ "cuda" if torch.cuda.is_available() else "cpu" -> devicekit.device_type()."""
     body = port.value(original.body, updated.body, "string")
     orelse = port.value(original.orelse, updated.orelse, "string")
     if body is None and orelse is None:
@@ -33,8 +34,11 @@ def conditional(port: "PortTransformer", original: cst.IfExp, updated: cst.IfExp
     if body is not None and orelse is None and accelerated and fallback in ("cpu", "gloo"):
         # "cuda" if torch.cuda.is_available() else "cpu": the device's own answer
         return port.changed(original, "device-if-available", body)
-    return port.changed(original, "device-string", updated.with_changes(
-        body=body or updated.body, orelse=orelse or updated.orelse))
+    return port.changed(
+        original,
+        "device-string",
+        updated.with_changes(body=body or updated.body, orelse=orelse or updated.orelse),
+    )
 
 
 _Valued = Union[cst.Assign, cst.AnnAssign, cst.Return]
@@ -43,22 +47,28 @@ _Valued = Union[cst.Assign, cst.AnnAssign, cst.Return]
 @leave(cst.Assign)
 @leave(cst.AnnAssign)
 @leave(cst.Return)
-def assigned(port: "PortTransformer", original: _Valued, updated: _Valued
-             ) -> Optional[_Valued]:
+def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> Optional[_Valued]:
     """device = "cuda" -> device = devicekit.device_type() (also annotated, or returned)."""
     if updated.value is None:
         return None
     value = port.value(original.value, updated.value, "string")
-    return None if value is None else port.changed(
-        original, "device-string", updated.with_changes(value=value))
+    return (
+        None
+        if value is None
+        else port.changed(original, "device-string", updated.with_changes(value=value))
+    )
 
 
 @leave(cst.Param)
-def default(port: "PortTransformer", original: cst.Param, updated: cst.Param
-            ) -> Optional[cst.Param]:
+def default(
+    port: "PortTransformer", original: cst.Param, updated: cst.Param
+) -> Optional[cst.Param]:
     """def run(device="cuda") -> def run(device=devicekit.device_type())."""
     if updated.default is None:
         return None
     value = port.value(original.default, updated.default, "string")
-    return None if value is None else port.changed(
-        original, "device-string", updated.with_changes(default=value))
+    return (
+        None
+        if value is None
+        else port.changed(original, "device-string", updated.with_changes(default=value))
+    )

@@ -17,10 +17,14 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-@call(lambda port, qualified, method: bool(
-    qualified & (names.CUDA_GRAD_SCALER | names.DEVICE_GRAD_SCALER)))
-def grad_scaler(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                qualified: Set[str]) -> Optional[cst.Call]:
+@call(
+    lambda port, qualified, method: bool(
+        qualified & (names.CUDA_GRAD_SCALER | names.DEVICE_GRAD_SCALER)
+    )
+)
+def grad_scaler(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """torch.cuda.amp.GradScaler(...), torch.amp.GradScaler("cuda", ...) ->
     devicekit.GradScaler(enabled=True, ...)."""
     if qualified & names.NPU_GRAD_SCALER:
@@ -32,7 +36,8 @@ def grad_scaler(port: "PortTransformer", original: cst.Call, updated: cst.Call,
     bound = bound_args(updated, params)
     dynamic = bound.pop("dynamic", None)  # torch_npu's; True is every scaler's behaviour
     if len(bound) + (dynamic is not None) != len(updated.args) or (
-            dynamic is not None and not m.matches(dynamic.value, m.Name("True"))):
+        dynamic is not None and not m.matches(dynamic.value, m.Name("True"))
+    ):
         port.report(original, names.REASONS["grad-scaler-args"])
         return updated
     device = bound.pop("device", None)
@@ -40,6 +45,7 @@ def grad_scaler(port: "PortTransformer", original: cst.Call, updated: cst.Call,
         return None
     enabled = bound["enabled"].value if "enabled" in bound else cst.Name("True")
     args = [keyword("enabled", enabled)]
-    args += [keyword(name, bound[name].value) for name in params
-             if name in bound and name != "enabled"]
+    args += [
+        keyword(name, bound[name].value) for name in params if name in bound and name != "enabled"
+    ]
     return port.changed(original, "grad-scaler", devicekit_call("GradScaler", *args))

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 
 @reference
-def backend_setting(port: "PortTransformer", original: cst.BaseExpression,
-                    updated: cst.BaseExpression, name: str) -> None:
+def backend_setting(
+    port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
+) -> None:
     """torch.backends.cudnn.benchmark = True: kept, noted on its statement."""
     note = names.harmless_note(name)
     if note:

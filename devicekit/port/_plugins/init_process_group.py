@@ -16,15 +16,14 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: bool(qualified & names.INIT_PROCESS_GROUP))
-def init_process_group(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                       qualified: Set[str]) -> Optional[cst.Call]:
+def init_process_group(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """init_process_group("nccl", device_id=d) -> init_process_group(devicekit.backend(),
     device_id=d if devicekit.is_available() else None)."""
     result = updated
     if updated.args and updated.args[0].keyword is None:
         result = port.port_arg(original, updated, updated.args[0], "backend") or updated
     result = port.keywords(original, result, qualified, None)[0]
-    result = port.accelerator_only(result, {"device_id": bound_args(result, ()).get(
-        "device_id")})
-    return None if result is updated else port.changed(original, "init-process-group",
-                                                       result)
+    result = port.accelerator_only(result, {"device_id": bound_args(result, ()).get("device_id")})
+    return None if result is updated else port.changed(original, "init-process-group", result)

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: method == "add_argument")
-def local_rank_alias(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                     qualified: Set[str]) -> Optional[cst.Call]:
+def local_rank_alias(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """parser.add_argument("--local_rank", ...) -> add_argument("--local_rank",
     "--local-rank", ...), unless the script defines both already."""
     flags = {string_value(a.value): a for a in updated.args if a.keyword is None}
@@ -25,7 +26,8 @@ def local_rank_alias(port: "PortTransformer", original: cst.Call, updated: cst.C
         return None
     missing = next(f for f in names.LOCAL_RANK_FLAGS if f not in flags)
     result, _ = port.keywords(original, updated, qualified, "add_argument")
-    anchor = next(a for a in result.args
-                  if a.keyword is None and string_value(a.value) == present[0])
+    anchor = next(
+        a for a in result.args if a.keyword is None and string_value(a.value) == present[0]
+    )
     alias = cst.Arg(cst.SimpleString(f"{anchor.value.quote}{missing}{anchor.value.quote}"))
     return port.changed(original, "local-rank-alias", with_arg_after(result, anchor, alias))

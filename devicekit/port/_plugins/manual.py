@@ -23,24 +23,21 @@ def _report_import(port: "PortTransformer", node: cst.CSTNode, module: str) -> N
 
 
 @leave(cst.Import)
-def import_statement(port: "PortTransformer", original: cst.Import, updated: cst.Import
-                     ) -> None:
+def import_statement(port: "PortTransformer", original: cst.Import, updated: cst.Import) -> None:
     """`import cupy`, `import apex.amp`."""
     for alias in original.names:
         _report_import(port, original, code(alias.name))
 
 
 @leave(cst.ImportFrom)
-def import_from(port: "PortTransformer", original: cst.ImportFrom,
-                updated: cst.ImportFrom) -> None:
+def import_from(port: "PortTransformer", original: cst.ImportFrom, updated: cst.ImportFrom) -> None:
     """`from apex import amp`."""
     if original.module is not None and not original.relative:
         _report_import(port, original, code(original.module))
 
 
 @leave(cst.Decorator)
-def decorator(port: "PortTransformer", original: cst.Decorator, updated: cst.Decorator
-              ) -> None:
+def decorator(port: "PortTransformer", original: cst.Decorator, updated: cst.Decorator) -> None:
     """`@triton.jit`, `@triton.autotune(...)`."""
     target = original.decorator
     target = target.func if isinstance(target, cst.Call) else target
@@ -66,8 +63,12 @@ def manual_call(port: "PortTransformer", original: cst.Call, qualified: Set[str]
 
 
 @reference
-def device_module(port: "PortTransformer", original: Union[cst.Name, cst.Attribute],
-                  updated: cst.BaseExpression, name: str) -> None:
+def device_module(
+    port: "PortTransformer",
+    original: Union[cst.Name, cst.Attribute],
+    updated: cst.BaseExpression,
+    name: str,
+) -> None:
     """`torch.cuda.Event(...)`, `torch.npu.get_device_name()`: the call, or the name where
     it is not called. Registered last: what an earlier rule ported is not reported."""
     if not name.startswith(_DEVICE_MODULES) or port.is_twin(original, name):
@@ -75,10 +76,13 @@ def device_module(port: "PortTransformer", original: Union[cst.Name, cst.Attribu
     if m.matches(original, m.Attribute(value=m.Call())):
         return  # `get_device_properties(0).total_memory`: the call is the item
     cuda = names.cuda_twin(name) or name
-    short = cuda[len("torch.cuda."):]
+    short = cuda[len("torch.cuda.") :]
     called = port.call_of(original)
-    if called is not None and (short in names.DEVICEKIT_FUNCTIONS or cuda in names.AUTOCAST
-                               or cuda in names.CUDA_GRAD_SCALER):
+    if called is not None and (
+        short in names.DEVICEKIT_FUNCTIONS
+        or cuda in names.AUTOCAST
+        or cuda in names.CUDA_GRAD_SCALER
+    ):
         return  # the call rules port it with its arguments
     if names.npu_setting(name) and npu_setting.is_guarded(port, original):
         return

@@ -14,35 +14,51 @@ import libcst.matchers as m
 
 from devicekit.port._plugins import keyword, leave
 from devicekit.port.nodes import (
-    NOT_DEVICE, is_devicekit_call, parse_device_string, replace_arg_value)
+    NOT_DEVICE,
+    is_devicekit_call,
+    parse_device_string,
+    replace_arg_value,
+)
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
 @keyword("map_location", "map-location")
-def map_location(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                 arg: cst.Arg, qualified: Set[str], method: Optional[str]
-                 ) -> Optional[cst.Call]:
+def map_location(
+    port: "PortTransformer",
+    original: cst.Call,
+    updated: cst.Call,
+    arg: cst.Arg,
+    qualified: Set[str],
+    method: Optional[str],
+) -> Optional[cst.Call]:
     """map_location="cuda:0" or a lambda that moves each storage -> devicekit.device(...)."""
     value = arg.value
     if isinstance(value, cst.Lambda) and value.params.params:
         # lambda storage, loc: storage.cuda(i) -- by now storage.to(devicekit.device(i))
         body, first = value.body, value.params.params[0].name.value
-        if m.matches(body, m.Call(func=m.Attribute(value=m.Name(first), attr=m.Name("to")))) \
-                and len(body.args) == 1 and is_devicekit_call(body.args[0].value, "device"):
+        if (
+            m.matches(body, m.Call(func=m.Attribute(value=m.Name(first), attr=m.Name("to"))))
+            and len(body.args) == 1
+            and is_devicekit_call(body.args[0].value, "device")
+        ):
             return replace_arg_value(updated, arg, body.args[0].value)
         return None
     return port.port_arg(original, updated, arg, "device")
 
 
 @leave(cst.Dict)
-def map_location_dict(port: "PortTransformer", original: cst.Dict, updated: cst.Dict
-                      ) -> Optional[cst.Dict]:
+def map_location_dict(
+    port: "PortTransformer", original: cst.Dict, updated: cst.Dict
+) -> Optional[cst.Dict]:
     """{"cuda:0": f"cuda:{rank}"} -> {"cuda:0": str(devicekit.device(rank))}."""
     pairs = [e for e in updated.elements if isinstance(e, cst.DictElement)]
-    if not pairs or len(pairs) != len(updated.elements) or any(
-            parse_device_string(e.key) is NOT_DEVICE for e in pairs):
+    if (
+        not pairs
+        or len(pairs) != len(updated.elements)
+        or any(parse_device_string(e.key) is NOT_DEVICE for e in pairs)
+    ):
         return None
     elements = []
     for element in pairs:

@@ -35,7 +35,7 @@ def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> 
 
 
 def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> Optional[str]:
-    """"set_compile_mode" & co. for a line that is one NPU setting, else None."""
+    """ "set_compile_mode" & co. for a line that is one NPU setting, else None."""
     if len(line.body) != 1 or _target(line.body[0]) is None:
         return None
     found = [names.npu_setting(n) for n in port.qualified(_target(line.body[0]))]
@@ -46,13 +46,17 @@ def is_guarded(port: "PortTransformer", node: cst.CSTNode) -> bool:
     """Whether `node` (a name or attribute) is the setting a line of its own makes, which
     this rule guards."""
     line = port.parent(port.statement_of(node))
-    return isinstance(line, cst.SimpleStatementLine) and _setting(port, line) is not None \
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and _setting(port, line) is not None
         and _target(line.body[0]) is node
+    )
 
 
 @leave(cst.SimpleStatementLine)
-def npu_setting(port: "PortTransformer", original: cst.SimpleStatementLine,
-                updated: cst.SimpleStatementLine) -> Optional[cst.If]:
+def npu_setting(
+    port: "PortTransformer", original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+) -> Optional[cst.If]:
     """torch.npu.set_compile_mode(jit_compile=False) -> the same, under
     `if devicekit.device_type() == "npu":`."""
     short = _setting(port, original)
@@ -64,9 +68,19 @@ def npu_setting(port: "PortTransformer", original: cst.SimpleStatementLine,
         small = small.with_changes(value=small.value.with_changes(func=target))
     else:
         small = small.with_changes(targets=[small.targets[0].with_changes(target=target)])
-    test = cst.Comparison(left=devicekit_call("device_type"), comparisons=[
-        cst.ComparisonTarget(operator=cst.Equal(), comparator=cst.SimpleString('"npu"'))])
-    inner = updated.with_changes(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
-                                 leading_lines=())
-    return port.changed(original, "npu-setting", cst.If(
-        test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines))
+    test = cst.Comparison(
+        left=devicekit_call("device_type"),
+        comparisons=[
+            cst.ComparisonTarget(operator=cst.Equal(), comparator=cst.SimpleString('"npu"'))
+        ],
+    )
+    inner = updated.with_changes(
+        body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)], leading_lines=()
+    )
+    return port.changed(
+        original,
+        "npu-setting",
+        cst.If(
+            test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines
+        ),
+    )

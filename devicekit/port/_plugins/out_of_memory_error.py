@@ -15,11 +15,14 @@ if TYPE_CHECKING:
 
 
 @reference
-def out_of_memory_error(port: "PortTransformer", original: cst.BaseExpression,
-                        updated: cst.BaseExpression, name: str) -> Optional[cst.Attribute]:
+def out_of_memory_error(
+    port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
+) -> Optional[cst.Attribute]:
     """torch.cuda.OutOfMemoryError -> torch.OutOfMemoryError."""
     if name != names.OUT_OF_MEMORY or not m.matches(
-            updated, m.Attribute(value=m.Attribute(value=m.Name("torch")))):
+        updated, m.Attribute(value=m.Attribute(value=m.Name("torch")))
+    ):
         return None
-    return port.changed(original, "out-of-memory-error",
-                        updated.with_changes(value=cst.Name("torch")))
+    return port.changed(
+        original, "out-of-memory-error", updated.with_changes(value=cst.Name("torch"))
+    )

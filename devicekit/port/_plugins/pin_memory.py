@@ -23,30 +23,50 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-@call(lambda port, qualified, method: method == "pin_memory"
-      and "devicekit.pin_memory" not in qualified)
-def pin_memory_method(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                      qualified: Set[str]) -> Optional[cst.BaseExpression]:
+@call(
+    lambda port, qualified, method: (
+        method == "pin_memory" and "devicekit.pin_memory" not in qualified
+    )
+)
+def pin_memory_method(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.BaseExpression]:
     """x.pin_memory() -> (x.pin_memory() if devicekit.pin_memory() else x)."""
     receiver = updated.func.value
     parent = port.parent(original)
-    if updated.args or m.matches(receiver, m.Name("devicekit")) or (
-            isinstance(parent, cst.IfExp) and is_devicekit_call(parent.test, "pin_memory")):
+    if (
+        updated.args
+        or m.matches(receiver, m.Name("devicekit"))
+        or (isinstance(parent, cst.IfExp) and is_devicekit_call(parent.test, "pin_memory"))
+    ):
         return None  # ported already
     if guarded_by_accelerator(port, original):
         return None  # `if device_type == "cuda": x.pin_memory()`: an accelerator is there
     if not isinstance(receiver, (cst.Name, cst.Attribute)):
         port.report(original, names.REASONS["pin-memory-call"])
         return updated
-    return port.changed(original, "pin-memory-call", cst.IfExp(
-        test=devicekit_call("pin_memory"), body=updated, orelse=receiver,
-        lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+    return port.changed(
+        original,
+        "pin-memory-call",
+        cst.IfExp(
+            test=devicekit_call("pin_memory"),
+            body=updated,
+            orelse=receiver,
+            lpar=[cst.LeftParen()],
+            rpar=[cst.RightParen()],
+        ),
+    )
 
 
 @keyword("pin_memory", "pin-memory")
-def pin_memory_argument(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                        arg: cst.Arg, qualified: Set[str], method: Optional[str]
-                        ) -> Optional[cst.Call]:
+def pin_memory_argument(
+    port: "PortTransformer",
+    original: cst.Call,
+    updated: cst.Call,
+    arg: cst.Arg,
+    qualified: Set[str],
+    method: Optional[str],
+) -> Optional[cst.Call]:
     """pin_memory=True -> pin_memory=devicekit.pin_memory()."""
     if not m.matches(arg.value, m.Name("True")):
         return None
@@ -54,8 +74,13 @@ def pin_memory_argument(port: "PortTransformer", original: cst.Call, updated: cs
 
 
 @keyword("pin_memory_device", "pin-memory")
-def pin_memory_device(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                      arg: cst.Arg, qualified: Set[str], method: Optional[str]
-                      ) -> Optional[cst.Call]:
+def pin_memory_device(
+    port: "PortTransformer",
+    original: cst.Call,
+    updated: cst.Call,
+    arg: cst.Arg,
+    qualified: Set[str],
+    method: Optional[str],
+) -> Optional[cst.Call]:
     """pin_memory_device="npu" -> pin_memory_device=devicekit.device_type()."""
     return port.port_arg(original, updated, arg, "string")

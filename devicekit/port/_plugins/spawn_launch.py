@@ -17,17 +17,20 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: bool(qualified & names.SPAWN))
-def spawn_launch(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                 qualified: Set[str]) -> Optional[cst.Call]:
+def spawn_launch(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """mp.spawn(fn, args=..., nprocs=n) -> devicekit.launch(fn, args=..., nprocs=n), without
     nprocs= where it was the device count (launch's default)."""
     bound = bound_args(updated, names.SPAWN_PARAMS)
     if "fn" not in bound:
         return None
     join, daemon, method = (bound.get(n) for n in ("join", "daemon", "start_method"))
-    if (join is not None and not m.matches(join.value, m.Name("True"))) or \
-            (daemon is not None and not m.matches(daemon.value, m.Name("False"))) or \
-            (method is not None and string_value(method.value) != "spawn"):
+    if (
+        (join is not None and not m.matches(join.value, m.Name("True")))
+        or (daemon is not None and not m.matches(daemon.value, m.Name("False")))
+        or (method is not None and string_value(method.value) != "spawn")
+    ):
         port.report(original, names.REASONS["spawn-args"])
         return updated
     removed = [a for a in (join, daemon, method) if a is not None]
@@ -35,14 +38,19 @@ def spawn_launch(port: "PortTransformer", original: cst.Call, updated: cst.Call,
     if nprocs is not None:
         position = next(i for i, a in enumerate(updated.args) if a is nprocs)
         count = original.args[position].value
-        if isinstance(count, cst.Call) and \
-                names.DEVICE_COUNT in port.qualified(count.func):
+        if isinstance(count, cst.Call) and names.DEVICE_COUNT in port.qualified(count.func):
             removed.append(nprocs)  # launch's default: one rank per device
     result = without_args(updated, removed).with_changes(
-        func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name("launch")))
+        func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name("launch"))
+    )
     if nprocs is None:
-        result = result.with_changes(args=list(result.args[:-1]) + [
-            result.args[-1].with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-            keyword("nprocs", cst.Integer("1"))])
+        result = result.with_changes(
+            args=list(result.args[:-1])
+            + [
+                result.args[-1].with_changes(
+                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                ),
+                keyword("nprocs", cst.Integer("1")),
+            ]
+        )
     return port.changed(original, "spawn-launch", result)

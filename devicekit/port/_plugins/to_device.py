@@ -12,12 +12,14 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: method == "to")
-def to_device(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-              qualified: Set[str]) -> Optional[cst.Call]:
+def to_device(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.Call]:
     """x.to("cuda"), x.to(f"cuda:{i}"), x.to(local_rank) -> x.to(devicekit.device(...))."""
     for position, arg in enumerate(updated.args):
-        if (arg.keyword is None and position == 0) or \
-                (arg.keyword is not None and arg.keyword.value == "device"):
+        if (arg.keyword is None and position == 0) or (
+            arg.keyword is not None and arg.keyword.value == "device"
+        ):
             ported = port.port_arg(original, updated, arg, "device", allow_int=True)
             if ported is not None:
                 return port.changed(original, "to-device", ported)

@@ -22,22 +22,27 @@ _PREFIX = "torch.cuda."
 
 
 def _is_torch_cuda_function(qualified: Set[str]) -> bool:
-    return any(q.startswith(_PREFIX) and q[len(_PREFIX):] in names.DEVICEKIT_FUNCTIONS
-               for q in qualified)
+    return any(
+        q.startswith(_PREFIX) and q[len(_PREFIX) :] in names.DEVICEKIT_FUNCTIONS for q in qualified
+    )
 
 
 @call(lambda port, qualified, method: _is_torch_cuda_function(qualified))
-def torch_cuda_call(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                    qualified: Set[str]) -> cst.Call:
+def torch_cuda_call(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> cst.Call:
     """torch.cuda.synchronize() & co. -> devicekit.synchronize() (same arguments)."""
-    short = next(q for q in qualified if q.startswith(_PREFIX))[len(_PREFIX):]
+    short = next(q for q in qualified if q.startswith(_PREFIX))[len(_PREFIX) :]
     takes = names.DEVICEKIT_FUNCTIONS[short]
     if len(updated.args) > takes or any(a.keyword or a.star for a in updated.args):
         port.report(original, names.REASONS["arguments"])
         return updated
     if short == "is_available" and guards_device_only_code(port, original):
-        port.keep(original, "kept: it guards code for that device only (reported), which "
-                            "must not run on another accelerator")
+        port.keep(
+            original,
+            "kept: it guards code for that device only (reported), which "
+            "must not run on another accelerator",
+        )
         return updated
     args = list(updated.args)
     if short == "set_device" and args:
@@ -46,17 +51,27 @@ def torch_cuda_call(port: "PortTransformer", original: cst.Call, updated: cst.Ca
             args[0] = args[0].with_changes(value=index)  # set_device(f"cuda:{i}")
     if short == "device_count" and id(original) in port.facts.spawn_counts:
         short = "default_ranks_per_node"  # it sizes an mp.spawn: ranks, not devices
-    return port.changed(original, "torch-cuda-api", updated.with_changes(
-        func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name(short)), args=args))
+    return port.changed(
+        original,
+        "torch-cuda-api",
+        updated.with_changes(
+            func=cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name(short)), args=args
+        ),
+    )
 
 
 @reference
-def torch_cuda_name(port: "PortTransformer", original: cst.BaseExpression,
-                    updated: cst.BaseExpression, name: str) -> Optional[cst.Attribute]:
+def torch_cuda_name(
+    port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
+) -> Optional[cst.Attribute]:
     """An uncalled torch.cuda.synchronize (a callback, say) -> devicekit.synchronize."""
-    short = name[len(_PREFIX):]
-    if not name.startswith(_PREFIX) or short not in names.DEVICEKIT_FUNCTIONS or \
-            port.call_of(original) is not None:
+    short = name[len(_PREFIX) :]
+    if (
+        not name.startswith(_PREFIX)
+        or short not in names.DEVICEKIT_FUNCTIONS
+        or port.call_of(original) is not None
+    ):
         return None  # the call is ported with its arguments
-    return port.changed(original, "torch-cuda-api", cst.Attribute(
-        value=cst.Name("devicekit"), attr=cst.Name(short)))
+    return port.changed(
+        original, "torch-cuda-api", cst.Attribute(value=cst.Name("devicekit"), attr=cst.Name(short))
+    )

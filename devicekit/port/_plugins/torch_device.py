@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 
 @call(lambda port, qualified, method: bool(qualified & names.TORCH_DEVICE))
-def torch_device(port: "PortTransformer", original: cst.Call, updated: cst.Call,
-                 qualified: Set[str]) -> Optional[cst.BaseExpression]:
+def torch_device(
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+) -> Optional[cst.BaseExpression]:
     """torch.device("cuda"), torch.device("cuda", i), torch.device(f"cuda:{i}"),
     torch.device(local_rank) -> devicekit.device(...)."""
     bound = bound_args(updated, names.TORCH_DEVICE_PARAMS)
@@ -28,8 +29,12 @@ def torch_device(port: "PortTransformer", original: cst.Call, updated: cst.Call,
         return None
     position = next(i for i, a in enumerate(updated.args) if a is kind)
     # torch.device(0) is cuda:0; a name passed to torch.device may hold a device already
-    value = port.value(original.args[position].value, kind.value, "device",
-                       allow_int=isinstance(kind.value, cst.Integer))
+    value = port.value(
+        original.args[position].value,
+        kind.value,
+        "device",
+        allow_int=isinstance(kind.value, cst.Integer),
+    )
     if value is None:
         return None
     return port.changed(original, "torch-device", value)

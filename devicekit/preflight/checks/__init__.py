@@ -36,19 +36,34 @@ class Context:
     scripts: List[str]  # the user's own files the run went through
 
 
-def from_table(kind: str, table: Dict[Tuple[str, Site], Calls],
-               detail: Callable[[str, Calls], str]) -> List[Finding]:
+def from_table(
+    kind: str, table: Dict[Tuple[str, Site], Calls], detail: Callable[[str, Calls], str]
+) -> List[Finding]:
     """A finding per (what, where) entry of a recording's table."""
-    return [Finding(kind, what, site[0], site[1], list(calls.stack), calls.count,
-                    detail(what, calls))
-            for (what, site), calls in table.items()]
+    return [
+        Finding(kind, what, site[0], site[1], list(calls.stack), calls.count, detail(what, calls))
+        for (what, site), calls in table.items()
+    ]
 
 
 def all_checks():
     """The checker modules, most costly first."""
-    from devicekit.preflight.checks import (autocast_device, cpu_fallback, cuda_only,
-                                            data_dependent_shape, dynamic_shape, float64,
-                                            host_sync)
+    from devicekit.preflight.checks import (
+        autocast_device,
+        cpu_fallback,
+        cuda_only,
+        data_dependent_shape,
+        dynamic_shape,
+        float64,
+        host_sync,
+    )
 
-    return [cpu_fallback, dynamic_shape, host_sync, data_dependent_shape, float64,
-            autocast_device, cuda_only]
+    return [
+        cpu_fallback,
+        dynamic_shape,
+        host_sync,
+        data_dependent_shape,
+        float64,
+        autocast_device,
+        cuda_only,
+    ]

@@ -12,8 +12,10 @@ ADVICE = "open autocast for the tensors' device: devicekit.autocast() picks it"
 
 def _detail(what, calls):
     wanted, _, found = what.partition(":")
-    return (f'autocast("{wanted}") around {found} tensors: no effect, the ops run in '
-            f"float32 ({calls.count} ops)")
+    return (
+        f'autocast("{wanted}") around {found} tensors: no effect, the ops run in '
+        f"float32 ({calls.count} ops)"
+    )
 
 
 def findings(recording, context: Context) -> List[Finding]:

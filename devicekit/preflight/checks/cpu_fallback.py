@@ -16,14 +16,15 @@ from devicekit.preflight import npu_ops
 from devicekit.preflight.checks import Context, Finding
 
 KIND = "cpu-fallback"
-ADVICE = ("torch_npu runs these on the CPU, copying tensors each way: use an equivalent "
-          "listed operator, or move the call out of the step")
+ADVICE = (
+    "torch_npu runs these on the CPU, copying tensors each way: use an equivalent "
+    "listed operator, or move the call out of the step"
+)
 
 # What the CPU picks -> what an NPU receives in its place (the latter listed).
 CPU_ONLY = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward":
-        "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "aten::scaled_dot_product_attention",
     "aten::mkldnn_rnn_layer": "aten::lstm.input",
     "aten::mkldnn_rnn_layer_backward": "aten::lstm.input",
     "aten::_thnn_fused_lstm_cell": "aten::lstm.input",
@@ -75,7 +76,16 @@ def findings(recording, context: Context) -> List[Finding]:
             continue
         if npu_ops.is_listed(CPU_ONLY.get(name, name), listed):
             continue
-        out.append(Finding(KIND, name, site[0], site[1], list(calls.stack), calls.count,
-                           f"{name} is not implemented by torch_npu {context.torch_npu}"
-                           + (f" ({HINTS[name]})" if name in HINTS else "")))
+        out.append(
+            Finding(
+                KIND,
+                name,
+                site[0],
+                site[1],
+                list(calls.stack),
+                calls.count,
+                f"{name} is not implemented by torch_npu {context.torch_npu}"
+                + (f" ({HINTS[name]})" if name in HINTS else ""),
+            )
+        )
     return out

@@ -20,9 +20,27 @@ def findings(recording, context: Context) -> List[Finding]:
         except (OSError, ParseFailure):
             continue
         for change in report.changes:
-            out.append(Finding(KIND, change.before, path, change.line, [f"{path}:{change.line}"],
-                               1, f"{change.rule}: {change.before} -> {change.after}"))
+            out.append(
+                Finding(
+                    KIND,
+                    change.before,
+                    path,
+                    change.line,
+                    [f"{path}:{change.line}"],
+                    1,
+                    f"{change.rule}: {change.before} -> {change.after}",
+                )
+            )
         for item in report.manual:
-            out.append(Finding(KIND, item.construct, path, item.line, [f"{path}:{item.line}"],
-                               1, f"{item.why}; {item.fix}"))
+            out.append(
+                Finding(
+                    KIND,
+                    item.construct,
+                    path,
+                    item.line,
+                    [f"{path}:{item.line}"],
+                    1,
+                    f"{item.why}; {item.fix}",
+                )
+            )
     return out

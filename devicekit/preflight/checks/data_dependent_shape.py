@@ -7,10 +7,15 @@ from typing import List
 from devicekit.preflight.checks import Context, Finding, from_table
 
 KIND = "data-dependent-shape"
-ADVICE = ("keep shapes fixed: torch.where(mask, x, 0) or multiplying by the mask instead of "
-          "x[mask]; a fixed-size result instead of nonzero/unique")
+ADVICE = (
+    "keep shapes fixed: torch.where(mask, x, 0) or multiplying by the mask instead of "
+    "x[mask]; a fixed-size result instead of nonzero/unique"
+)
 
 
 def findings(recording, context: Context) -> List[Finding]:
-    return from_table(KIND, recording.data_dependent,
-                      lambda op, calls: f"{op}: its output size depends on the data")
+    return from_table(
+        KIND,
+        recording.data_dependent,
+        lambda op, calls: f"{op}: its output size depends on the data",
+    )

@@ -7,8 +7,10 @@ from devicekit.preflight.checks import Context, Finding
 
 KIND = "dynamic-shape"
 KEEP_ORDER = True  # the order the lines first ran in: the first is where the change starts
-ADVICE = ("keep shapes fixed from step to step: DataLoader(drop_last=True), pad sequences "
-          "to a few fixed lengths")
+ADVICE = (
+    "keep shapes fixed from step to step: DataLoader(drop_last=True), pad sequences "
+    "to a few fixed lengths"
+)
 SHOWN = 4  # shapes named in a finding's detail
 
 
@@ -26,8 +28,17 @@ def findings(recording, context: Context) -> List[Finding]:
         calls = recording.ops[(name, site)]
         shapes = ", ".join(_varying(shape, seen) for shape in seen[:SHOWN])
         more = f" and {len(seen) - SHOWN} more" if len(seen) > SHOWN else ""
-        out.append(Finding(KIND, name, site[0], site[1], list(calls.stack), len(seen),
-                           f"{name} saw {len(seen)} input shapes across steps: {shapes}{more}"))
+        out.append(
+            Finding(
+                KIND,
+                name,
+                site[0],
+                site[1],
+                list(calls.stack),
+                len(seen),
+                f"{name} saw {len(seen)} input shapes across steps: {shapes}{more}",
+            )
+        )
     return out
 
 
@@ -45,6 +56,9 @@ def _new_shape_after_first(per_step) -> bool:
 
 def _varying(shape, seen):
     """The input shapes of one call that differ between the calls `seen`, as "[4, 16]"."""
-    varying = [i for i in range(len(shape)) if len({other[i] if i < len(other) else None
-                                                     for other in seen}) > 1]
+    varying = [
+        i
+        for i in range(len(shape))
+        if len({other[i] if i < len(other) else None for other in seen}) > 1
+    ]
     return " x ".join(str(list(shape[i])) for i in varying or range(len(shape))) or "()"

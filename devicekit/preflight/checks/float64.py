@@ -6,8 +6,10 @@ from typing import List
 from devicekit.preflight.checks import Context, Finding, from_table
 
 KIND = "float64"
-ADVICE = ("create and compute in float32 (a float64 numpy array becomes a float64 tensor: "
-          "torch.from_numpy(a).float(), or torch.tensor(..., dtype=torch.float32))")
+ADVICE = (
+    "create and compute in float32 (a float64 numpy array becomes a float64 tensor: "
+    "torch.from_numpy(a).float(), or torch.tensor(..., dtype=torch.float32))"
+)
 
 
 def findings(recording, context: Context) -> List[Finding]:

@@ -6,8 +6,10 @@ from typing import List
 from devicekit.preflight.checks import Context, Finding
 
 KIND = "host-sync"
-ADVICE = ("keep values on the device inside the step (accumulate a tensor, read it every N "
-          "steps or after the epoch)")
+ADVICE = (
+    "keep values on the device inside the step (accumulate a tensor, read it every N "
+    "steps or after the epoch)"
+)
 
 
 def findings(recording, context: Context) -> List[Finding]:
@@ -17,7 +19,16 @@ def findings(recording, context: Context) -> List[Finding]:
         in_steps = len(calls.steps)
         if recording.steps >= 2 and in_steps < 2:
             continue  # once, before or after the training loop: not per step
-        out.append(Finding(KIND, what, site[0], site[1], list(calls.stack), calls.count,
-                           f"{what}: {calls.count} reads in {in_steps} of {steps + 1} step "
-                           f"periods ({calls.count / steps:.1f} per step)"))
+        out.append(
+            Finding(
+                KIND,
+                what,
+                site[0],
+                site[1],
+                list(calls.stack),
+                calls.count,
+                f"{what}: {calls.count} reads in {in_steps} of {steps + 1} step "
+                f"periods ({calls.count / steps:.1f} per step)",
+            )
+        )
     return out

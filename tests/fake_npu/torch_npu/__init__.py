@@ -148,19 +148,37 @@ def get_amp_supported_dtype():
 class GradScaler(torch.amp.grad_scaler.GradScaler):
     """torch_npu's GradScaler: torch's, with `dynamic` (static loss scale when False)."""
 
-    def __init__(self, init_scale=2. ** 16, growth_factor=2.0, backoff_factor=0.5,
-                 growth_interval=2000, dynamic=True, enabled=True):
-        CALLS.append(["amp.GradScaler", {"init_scale": init_scale, "dynamic": dynamic,
-                                         "enabled": enabled}])
-        super().__init__("npu", init_scale, growth_factor, backoff_factor, growth_interval,
-                         enabled)
+    def __init__(
+        self,
+        init_scale=2.0**16,
+        growth_factor=2.0,
+        backoff_factor=0.5,
+        growth_interval=2000,
+        dynamic=True,
+        enabled=True,
+    ):
+        CALLS.append(
+            ["amp.GradScaler", {"init_scale": init_scale, "dynamic": dynamic, "enabled": enabled}]
+        )
+        super().__init__("npu", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
         self.dynamic = dynamic
 
 
 npu = types.ModuleType("torch_npu.npu", "The simulated torch.npu device module.")
-for _func in (is_available, device_count, set_device, current_device, synchronize,
-              memory_allocated, max_memory_allocated, memory_reserved, get_device_name,
-              set_compile_mode, is_jit_compile_false, get_amp_supported_dtype):
+for _func in (
+    is_available,
+    device_count,
+    set_device,
+    current_device,
+    synchronize,
+    memory_allocated,
+    max_memory_allocated,
+    memory_reserved,
+    get_device_name,
+    set_compile_mode,
+    is_jit_compile_false,
+    get_amp_supported_dtype,
+):
     setattr(npu, _func.__name__, _func)
 npu.amp = types.ModuleType("torch_npu.npu.amp", "The simulated torch.npu.amp.")
 npu.amp.GradScaler = GradScaler
@@ -171,11 +189,13 @@ def _new_process_group_hccl(options, backend_options):
     """Stands in for the HCCL process-group creator: a gloo group underneath, which serves
     the barrier a group's setup and teardown need (the tests run no NPU collectives)."""
     CALLS.append(["new_hccl_group", options.group_size])
-    return torch.distributed.ProcessGroupGloo(options.store, options.group_rank,
-                                              options.group_size, options.timeout)
+    return torch.distributed.ProcessGroupGloo(
+        options.store, options.group_rank, options.group_size, options.timeout
+    )
 
 
 torch.utils.rename_privateuse1_backend("npu")
 torch._register_device_module("npu", npu)
 torch.distributed.Backend.register_backend(
-    "hccl", _new_process_group_hccl, extended_api=True, devices=["npu"])
+    "hccl", _new_process_group_hccl, extended_api=True, devices=["npu"]
+)

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import types
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -26,7 +26,7 @@ from trainer.options import launch_options, parse_args
 
 
 @devicekit.exit_on_usage_error
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Parse the command line and start one training process per rank."""
     args = parse_args(argv)
     options = launch_options(args)
@@ -167,7 +167,7 @@ def print_setup(
 
 def build_model(
     args: argparse.Namespace, device: torch.device, channels_last: bool
-) -> Tuple[torch.nn.Module, torch.nn.Module]:
+) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The model on `device`, and the same model wrapped for DDP (and compiled) to train."""
     model = models.create(args.arch, num_classes=args.num_classes)
     if args.pretrained:
@@ -184,7 +184,7 @@ def build_model(
 
 def build_data(
     ctx: devicekit.LaunchContext, args: argparse.Namespace, batch_size: int, workers: int
-) -> Tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader, int]:
+) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader, int]:
     """(train_loader, val_loader, training steps per epoch) for this rank."""
     train_set, val_set = data.build_datasets(
         args.data_dir,
@@ -214,7 +214,7 @@ def build_data(
 
 def resume(
     ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Setup
-) -> Optional[state.Position]:
+) -> state.Position | None:
     """Where this rank starts: --start-epoch, or the --resume checkpoint loaded into `setup`
     (None when that run already finished and there is nothing to train)."""
     position = state.Position(args.start_epoch)
@@ -303,7 +303,7 @@ def save_mid_epoch(
         )
 
 
-def checkpoint(args: argparse.Namespace, setup: Setup, position: state.Position) -> Dict[str, Any]:
+def checkpoint(args: argparse.Namespace, setup: Setup, position: state.Position) -> dict[str, Any]:
     """The checkpoint dict of this run at `position`."""
     return state.checkpoint_state(
         position, args.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
@@ -314,10 +314,10 @@ def epoch_metrics(
     ctx: devicekit.LaunchContext,
     epoch: int,
     lr: float,
-    trained: Dict[str, float],
-    validated: Dict[str, float],
+    trained: dict[str, float],
+    validated: dict[str, float],
     seconds: float,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """One epoch's row of metrics.jsonl."""
     return {
         "epoch": epoch,

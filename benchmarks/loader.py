@@ -60,6 +60,7 @@ sys.path.insert(0, ROOT)
 
 from machine import cpu_and_versions  # noqa: E402
 from stats import median_interval  # noqa: E402
+
 from trainer import data  # noqa: E402
 from trainer.loaders import (  # noqa: E402
     EpochSeededDataset,
@@ -269,7 +270,7 @@ def decode_section(sizes, image_count, rounds):
             shares, difference = compare(sets)
             row = {name: summary(runs[name]) for name in PATHS}
             row["ratios to the reference"] = {
-                name: summary([a / b for a, b in zip(runs[name], runs["reference"])])
+                name: summary([a / b for a, b in zip(runs[name], runs["reference"], strict=False)])
                 for name in PATHS[1:]
             }
             row |= {"reductions": shares, "mean_abs_pixel_difference": difference}

@@ -18,8 +18,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import devicekit  # noqa: E402
-import main as trainer_main  # noqa: E402
+import devicekit
+import main as trainer_main
 
 
 def _return_bucket(_state, bucket):

@@ -28,11 +28,12 @@ import types
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import devicekit  # noqa: E402
-import models  # noqa: E402
-import plain_ddp  # noqa: E402
-from trainer import data, loop, state  # noqa: E402
-from trainer.loaders import build_loaders  # noqa: E402
+import plain_ddp
+
+import devicekit
+import models
+from trainer import data, loop, state
+from trainer.loaders import build_loaders
 
 
 def main_side(args, ctx, batch):

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import models  # noqa: E402
-from trainer.data import DummyImageNet, normalize  # noqa: E402
+import models
+from trainer.data import DummyImageNet, normalize
 
 
 def options(parser):

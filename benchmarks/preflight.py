@@ -36,11 +36,10 @@ import sys
 import time
 
 import torch
-from torch import nn
-
 from machine import cpu_and_versions
 from run import ROOT, cores
 from stats import alternate_blocks, median_interval, step_timer
+from torch import nn
 
 ISSUE_WORDS = "the recording slows a step by a small factor (measured: 1.5-4x on small models)"
 

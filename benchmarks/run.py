@@ -262,7 +262,7 @@ def ratio_row(runs, baseline, candidate, goal, what):
     """A row: the paired ratios candidate / baseline, their median and its interval."""
     base = [r["images_per_sec"] for r in runs[baseline]]
     cand = [r["images_per_sec"] for r in runs[candidate]]
-    ratios = [c / b for b, c in zip(base, cand)]
+    ratios = [c / b for b, c in zip(base, cand, strict=False)]
     low, high, confidence = median_interval(ratios)
     return {
         "what": what,
@@ -373,7 +373,7 @@ def devices(pairs):
     (c) main.py / the reference example's step at main.py's precision and memory format.
     One process on two cores, 2 loader workers each side."""
     amp, channels_last = cpu_defaults()
-    main_flags, base_flags, words = precision_flags(amp, channels_last)
+    _main_flags, base_flags, words = precision_flags(amp, channels_last)
     size, batch, steps, workers = (DEVICES[k] for k in ("size", "batch", "steps", "workers"))
     config = (
         f"resnet18 {size} px, batch {batch}, 1 process on 2 cores, {workers} loader "

@@ -41,7 +41,6 @@ import tempfile
 import time
 
 import torch
-
 from machine import cpu_and_versions
 from run import PY, ROOT, cores, environ, run
 from stats import CONFIDENCE, alternate_blocks, median_interval, step_timer
@@ -93,7 +92,7 @@ def startup(cache, pairs):
         order = (True, False) if index % 2 == 0 else (False, True)
         for simulate in order:
             (with_s if simulate else without_s).append(import_seconds(cache, simulate))
-    differences = [a - b for a, b in zip(with_s, without_s)]
+    differences = [a - b for a, b in zip(with_s, without_s, strict=False)]
     low, high, confidence = median_interval(differences)
     return {
         "what": "warm start-up: import devicekit with DEVICEKIT_SIMULATE=npu minus without",

@@ -34,7 +34,7 @@ def alternate_blocks(numerator, denominator, pairs, block_steps, warmup):
         order = ((numerator, top), (denominator, bottom))
         for side, figures in order if index % 2 == 0 else order[::-1]:
             figures.append(side(block_steps))
-    return top, bottom, [t / b for t, b in zip(top, bottom)]
+    return top, bottom, [t / b for t, b in zip(top, bottom, strict=False)]
 
 
 def step_timer(step, batches):

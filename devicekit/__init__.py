@@ -30,7 +30,7 @@ import sys
 if "torch" not in sys.modules:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from devicekit.accelerator import (  # noqa: E402
+from devicekit.accelerator import (
     accelerator_type,
     backend,
     current_device,
@@ -53,16 +53,16 @@ from devicekit.accelerator import (  # noqa: E402
     set_device,
     synchronize,
 )
-from devicekit.amp import (  # noqa: E402
+from devicekit.amp import (
     GradScaler,
     amp_dtype,
     amp_enabled,
     autocast,
     prefers_channels_last,
 )
-from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint  # noqa: E402
-from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp  # noqa: E402
-from devicekit.distributed import (  # noqa: E402
+from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint
+from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp
+from devicekit.distributed import (
     all_reduce_sum,
     barrier,
     destroy_process_group,
@@ -75,23 +75,23 @@ from devicekit.distributed import (  # noqa: E402
     rank,
     world_size,
 )
-from devicekit.errors import (  # noqa: E402
+from devicekit.environments import LaunchContext, LaunchOptions
+from devicekit.errors import (
     UsageError,
     exit_on_usage_error,
     report_usage_errors,
     warn,
 )
-from devicekit.kinds import register_kind  # noqa: E402
-from devicekit.environments import LaunchContext, LaunchOptions  # noqa: E402
-from devicekit.profiler import profile  # noqa: E402
-from devicekit.processes import (  # noqa: E402
+from devicekit.kinds import register_kind
+from devicekit.processes import (
     RankFailed,
     die_with_launcher,
     launch,
     nprocs_per_node,
 )
-from devicekit.seeding import seed_everything  # noqa: E402
-from devicekit.simulate import activate_from_environment  # noqa: E402
+from devicekit.profiler import profile
+from devicekit.seeding import seed_everything
+from devicekit.simulate import activate_from_environment
 
 # DEVICEKIT_SIMULATE=npu: the stand-in npu device, in this process and every rank it starts.
 try:

@@ -3,8 +3,8 @@
 import sys
 
 from devicekit import __version__, check, doctor, runtime
-from devicekit.errors import ArgumentParser, exit_on_usage_error
 from devicekit.environments import pop_local_rank
+from devicekit.errors import ArgumentParser, exit_on_usage_error
 
 
 def _parser():

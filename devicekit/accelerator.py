@@ -5,8 +5,6 @@ the launch context. On a GPU they do what the torch.cuda function of the same na
 does; on a CPU the device calls are no-ops and the allocator figures are 0.
 """
 
-from typing import Optional, Union
-
 import torch
 
 from devicekit import kinds, runtime
@@ -19,7 +17,7 @@ _MEMORY_STATISTICS = (
 )
 
 
-def device(index: Optional[int] = None) -> torch.device:
+def device(index: int | None = None) -> torch.device:
     """This rank's torch.device (cuda:LOCAL_RANK, npu:i or cpu): the current device once
     one was bound (by init_distributed() or set_device()), as `tensor.cuda()` means on a
     GPU; with `index`, that device of this node (a CPU has one, whatever the index)."""
@@ -43,7 +41,7 @@ def is_available() -> bool:
     return runtime.kind().is_accelerator
 
 
-def is_accelerator(device: Union[str, torch.device]) -> bool:
+def is_accelerator(device: str | torch.device) -> bool:
     """Whether `device` ("cuda", "npu:1", torch.device("cpu"), a device type) is of an
     accelerator kind devicekit knows: the portable form of `"cuda" in device` or
     `device_type == "cuda"`, which are false on an NPU."""
@@ -52,7 +50,7 @@ def is_accelerator(device: Union[str, torch.device]) -> bool:
     return name in kinds.names() and kinds.get(name).is_accelerator
 
 
-def accelerator_type() -> Optional[str]:
+def accelerator_type() -> str | None:
     """The accelerator this process computes on ("cuda", "npu"), or None on a CPU: the
     portable form of the "cuda" in `device_type == "cuda"`."""
     kind = runtime.kind()
@@ -87,7 +85,7 @@ def pin_memory() -> bool:
     return runtime.kind().pin_memory
 
 
-def set_device(device: Union[int, str, torch.device]):
+def set_device(device: int | str | torch.device):
     """Make a device of this node the current one: an index, "cuda:1", torch.device(...)
     as torch.cuda.set_device takes (no-op on a CPU, whatever it is given)."""
     kind = runtime.kind()

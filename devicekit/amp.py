@@ -1,16 +1,14 @@
 """Mixed precision on any device: autocast with the device's type and dtype, and a
 GradScaler that is always an object (a no-op where no loss scaling is needed)."""
 
-from typing import Optional, Union
-
 import torch
 
 from devicekit import runtime
 
-DType = Union[str, torch.dtype, None]
+DType = str | torch.dtype | None
 
 
-def amp_enabled(enabled: Optional[bool] = None) -> bool:
+def amp_enabled(enabled: bool | None = None) -> bool:
     """`enabled`, or the device's default when None: on where it was measured to pay
     (CUDA GPUs; CPUs with native bf16), off elsewhere (NPU: opt in, as Ascend's scripts do)."""
     return runtime.kind().default_amp() if enabled is None else bool(enabled)
@@ -29,7 +27,7 @@ def prefers_channels_last(amp: bool) -> bool:
     return runtime.kind().prefers_channels_last(amp)
 
 
-def autocast(enabled: Optional[bool] = None, dtype: DType = None) -> torch.autocast:
+def autocast(enabled: bool | None = None, dtype: DType = None) -> torch.autocast:
     """torch.autocast for this process's device type (a GPU's "cuda", an NPU's "npu":
     `torch.autocast("cuda")` on an NPU would silently do nothing).
 
@@ -45,8 +43,8 @@ def autocast(enabled: Optional[bool] = None, dtype: DType = None) -> torch.autoc
 
 
 def GradScaler(
-    enabled: Optional[bool] = None,
-    dtype: DType = None,  # noqa: N802 (torch's name)
+    enabled: bool | None = None,
+    dtype: DType = None,
     **kwargs,
 ) -> torch.amp.GradScaler:
     """A torch.amp.GradScaler for this device that scales the loss only when mixed

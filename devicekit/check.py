@@ -18,8 +18,8 @@ import torch.distributed as dist
 import devicekit
 from devicekit import runtime
 from devicekit.distributed import timeout_seconds
-from devicekit.errors import UsageError
 from devicekit.environments import LaunchOptions, launcher_of
+from devicekit.errors import UsageError
 
 EXIT_DISAGREE = 1
 WARMUP = 2

@@ -14,7 +14,7 @@ import pickle
 import shutil
 import tempfile
 import warnings
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -49,7 +49,7 @@ def portable(obj):
     return obj
 
 
-def save_checkpoint(path: Union[str, os.PathLike], obj: Any):
+def save_checkpoint(path: str | os.PathLike, obj: Any):
     """Write `obj` to `path` from rank 0 (other ranks return at once), atomically: the
     file is always the old or the new checkpoint, never half of one.
 
@@ -79,9 +79,7 @@ def on_cpu(obj, _copies=None):
     return obj
 
 
-def load_checkpoint(
-    path: Union[str, os.PathLike], map_location: Union[str, torch.device, None] = None
-) -> Any:
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None = None) -> Any:
     """Load a checkpoint with weights_only=True (a file that would run code is refused)
     onto `map_location` (default: this rank's device), with `module.` prefixes stripped.
     A missing, truncated or unsafe file raises UsageError saying which and why."""
@@ -194,7 +192,7 @@ def load(path, what="checkpoint", map_location="cpu"):
             f"{what} {path!r} claims more memory than this machine has: it is "
             "corrupt, or load it on a machine with more memory"
         ) from None
-    except Exception as error:  # noqa: BLE001 - any failure to unpickle a file is the file's
+    except Exception as error:
         # Text, JSON or random bytes take torch's legacy (pre-zip) path, whose unpickler fails
         # with whatever the bytes happen to spell: KeyError, IndexError, struct.error, ...
         first = _first_sentence(str(error).replace("\n", " "))

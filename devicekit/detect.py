@@ -2,7 +2,7 @@
 order: npu > cuda > xpu > kinds registered by the user > cpu)."""
 
 import os
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from devicekit import kinds
 from devicekit.errors import UsageError, warn
@@ -19,8 +19,8 @@ def _label(source, choice):
 
 
 def resolve_kind(
-    requested: Optional[str] = None,
-    environ: Optional[Mapping[str, str]] = None,
+    requested: str | None = None,
+    environ: Mapping[str, str] | None = None,
     source: str = "device_type",
 ) -> DeviceKind:
     """Return the DeviceKind to run on.

@@ -9,14 +9,12 @@ import atexit
 import datetime
 import os
 import time
-from typing import Optional, Union
 
-import torch
 import torch.distributed as dist
 
 from devicekit import kinds, rendezvous, runtime
-from devicekit.errors import UsageError, warn
 from devicekit.environments import LaunchContext, LaunchOptions
+from devicekit.errors import UsageError, warn
 from devicekit.network import interface_towards
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -55,15 +53,15 @@ def timeout_seconds(timeout, name="timeout"):
 
 
 def init_distributed(
-    backend: Optional[str] = None,
+    backend: str | None = None,
     *,
-    init_method: Optional[str] = None,
-    rank: Optional[int] = None,
-    world_size: Optional[int] = None,
-    local_rank: Optional[int] = None,
-    timeout: Union[float, datetime.timedelta, None] = None,
-    device_type: Optional[str] = None,
-    options: Optional[LaunchOptions] = None,
+    init_method: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    timeout: float | datetime.timedelta | None = None,
+    device_type: str | None = None,
+    options: LaunchOptions | None = None,
 ) -> LaunchContext:
     """Bind this rank's device, size its CPU threads and join the process group.
 

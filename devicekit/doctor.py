@@ -5,15 +5,14 @@ malformed variable: such a variable is reported as a problem."""
 import json
 import os
 import platform
-from typing import Optional
 
 import torch
 
 from devicekit import __version__, environments, kinds
 from devicekit.detect import ENV_VAR, resolve_kind
+from devicekit.environments import LaunchOptions, resolve_launch
 from devicekit.errors import UsageError
 from devicekit.kinds.npu import CANN_SET_ENV, cann_install, torch_npu_matches, torch_npu_version
-from devicekit.environments import LaunchOptions, resolve_launch
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
 HCCL_VARS = (
@@ -70,7 +69,7 @@ def _visible_devices():
     return report
 
 
-def _shm_bytes() -> Optional[int]:
+def _shm_bytes() -> int | None:
     """The size of /dev/shm, or None where there is none."""
     try:
         stats = os.statvfs(SHM_PATH)
@@ -149,7 +148,7 @@ def gather(requested=None):
         except UsageError as error:
             problems.append(str(error))
         info["next"] = _next_command(kind, count, launcher)
-    for var, entry in info["visible_devices"].items():
+    for _var, entry in info["visible_devices"].items():
         if "error" in entry:
             problems.append(entry["error"])
     info["warnings"] = _warnings(info)

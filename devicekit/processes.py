@@ -16,14 +16,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch.multiprocessing as mp
 
 from devicekit import runtime
 from devicekit.distributed import destroy_process_group
-from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error
 from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
+from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error
 
 NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
 STOP_GRACE_S = 10.0  # a rank that ignores SIGTERM this long is killed
@@ -52,10 +52,10 @@ class RankFailed(SystemExit):
 def launch(
     fn: Callable,
     args: Sequence = (),
-    nprocs: Optional[int] = None,
+    nprocs: int | None = None,
     *,
-    device_type: Optional[str] = None,
-    options: Optional[LaunchOptions] = None,
+    device_type: str | None = None,
+    options: LaunchOptions | None = None,
 ):
     """Run `fn(local_rank, *args)` once per rank of this node.
 
@@ -83,9 +83,7 @@ def launch(
     return None
 
 
-def nprocs_per_node(
-    nprocs: Optional[int] = None, *, options: Optional[LaunchOptions] = None
-) -> int:
+def nprocs_per_node(nprocs: int | None = None, *, options: LaunchOptions | None = None) -> int:
     """How many ranks `launch(fn, nprocs=nprocs, options=options)` runs on this node: the
     launcher's count when a launcher started this process, else what launch() would
     start. For per-node decisions made once, before launch() (a batch split, say)."""

@@ -7,12 +7,11 @@ on first use (from the environment a launcher left, or from what `launch()` or
 
 import multiprocessing
 import os
-from typing import Optional
 
 from devicekit.detect import resolve_kind
+from devicekit.environments import LaunchContext, LaunchOptions, launcher_of, resolve_launch
 from devicekit.errors import UsageError, warn
 from devicekit.kinds.base import DeviceKind
-from devicekit.environments import LaunchContext, LaunchOptions, launcher_of, resolve_launch
 
 # The variables a launcher hands a process; if the script overwrites one of them (the DDP
 # tutorial's `os.environ["MASTER_PORT"] = "12355"`), the launcher's value is the one
@@ -20,8 +19,8 @@ from devicekit.environments import LaunchContext, LaunchOptions, launcher_of, re
 _LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT")
 _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
-_kind: Optional[DeviceKind] = None
-_context: Optional[LaunchContext] = None
+_kind: DeviceKind | None = None
+_context: LaunchContext | None = None
 _device_bound = False
 
 
@@ -44,7 +43,7 @@ def _initial_environ():
 _IMPORT_ENVIRON = dict(os.environ)
 
 
-def kind(device_type: Optional[str] = None, source: str = "device_type") -> DeviceKind:
+def kind(device_type: str | None = None, source: str = "device_type") -> DeviceKind:
     """The DeviceKind of this process, resolved once: `device_type` ("cuda", "npu", "cpu",
     "gpu", "auto"/None) on first call, else DEVICEKIT_DEVICE, else auto-detection. A
     later call naming another kind is an error (`source` names the argument)."""
@@ -84,7 +83,7 @@ def has_context() -> bool:
     return _context is not None
 
 
-def context(options: Optional[LaunchOptions] = None) -> LaunchContext:
+def context(options: LaunchOptions | None = None) -> LaunchContext:
     """Who this process is in the run, resolved once (see `resolve_context`)."""
     global _context
     if _context is None:

@@ -11,9 +11,8 @@ To add an architecture, decorate its builder with ``@register("name")`` in the m
 that defines it, and import that module below.
 """
 
-from models.registry import check_name, create, names, register
-
 # Importing the model modules runs their @register decorators.
-from models import resnet, small  # noqa: E402,F401
+from models import resnet, small  # noqa: F401
+from models.registry import check_name, create, names, register
 
 __all__ = ["check_name", "create", "names", "register"]

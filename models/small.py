@@ -30,7 +30,7 @@ class TinyNet(nn.Module):
         super().__init__()
         layers = []
         in_channels = 3
-        for width, stride in zip(WIDTHS, STRIDES):
+        for width, stride in zip(WIDTHS, STRIDES, strict=False):
             layers.append(
                 nn.Conv2d(
                     in_channels, width, kernel_size=3, stride=stride, padding=1, bias=not batch_norm

@@ -10,10 +10,10 @@ up at call time. Exit code: 0 when run_rank reports every rank right, else EXIT_
 
 import sys
 
+import torch.distributed as dist
+
 import devicekit  # first: sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch is imported
 from devicekit.check import EXIT_DISAGREE, run_rank
-
-import torch.distributed as dist  # noqa: E402  (after devicekit on purpose)
 
 MAX_BYTES = 65536
 TIMEOUT_S = 60

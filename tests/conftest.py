@@ -33,7 +33,7 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _launcher_variables():
     # Imported when first needed, after the test modules imported torch: importing
     # devicekit before torch would set TORCH_DEVICE_BACKEND_AUTOLOAD for every subprocess.

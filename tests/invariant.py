@@ -5,7 +5,7 @@ says what to do. The library raises UsageError with that line; a command prints 
 
 import contextlib
 import os
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from hypothesis import strategies as st
 

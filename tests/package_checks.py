@@ -1,7 +1,6 @@
 """What the package must hold, shared by tests/test_package.py and .ci/check-wheel."""
 
 import re
-from typing import List
 
 # Data files the library reads at run time, besides its modules.
 DATA_FILES = (
@@ -12,7 +11,7 @@ DATA_FILES = (
 _MARKER = "<!-- library example:"
 
 
-def wheel_problems(names: List[str]) -> List[str]:
+def wheel_problems(names: list[str]) -> list[str]:
     """What is wrong with a wheel holding `names`: other top-level packages, a missing
     data file or licence."""
     problems = []

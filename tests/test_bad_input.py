@@ -21,11 +21,10 @@ import torch
 from PIL import Image
 
 import models
+from conftest import ROOT, clean_environ
 from devicekit import checkpoint
 from devicekit.errors import UsageError
 from trainer import state
-
-from conftest import ROOT, clean_environ
 
 TIMEOUT_S = 120
 MAIN = os.path.join(ROOT, "main.py")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from trainer.batching import split_per_process
 from devicekit.errors import UsageError
+from trainer.batching import split_per_process
 
 
 def test_even_split_and_workers_round_up():

@@ -168,7 +168,7 @@ def correctness(report):
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_check_passes_under_launcher(launcher, launcher_runs):
-    results, report, rank1_stdout = launcher_runs(launcher)
+    _results, report, rank1_stdout = launcher_runs(launcher)
     assert report["ok"] is True
     assert report["world_size"] == NPROC
     assert report["nnodes"] == 1

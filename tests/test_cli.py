@@ -6,9 +6,8 @@ import sys
 
 import pytest
 
-from devicekit.errors import UsageError
-
 from conftest import clean_environ
+from devicekit.errors import UsageError
 
 
 def devicekit_cli(*args, **env):

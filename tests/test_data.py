@@ -90,7 +90,7 @@ def test_normalize_matches_hand_computation():
     out = normalize(batch)
     assert out.dtype == torch.float32 and out.shape == batch.shape
     for channel in range(3):
-        for value, got in zip((0, 51, 255, 128), out[1, channel].flatten().tolist()):
+        for value, got in zip((0, 51, 255, 128), out[1, channel].flatten().tolist(), strict=False):
             expected = (value / 255.0 - IMAGENET_MEAN[channel]) / IMAGENET_STD[channel]
             assert got == pytest.approx(expected, abs=1e-5)
     custom = normalize(batch, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
@@ -340,7 +340,7 @@ def test_transform_shapes_and_reproducibility():
     first = [train_transform(16)(image) for _ in range(4)]
     torch.manual_seed(5)
     second = [train_transform(16)(image) for _ in range(4)]
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=False))
     assert not all(torch.equal(first[0], other) for other in first[1:])
     val = val_transform(16)
     assert torch.equal(val(image), val(image))

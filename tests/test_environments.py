@@ -759,7 +759,7 @@ def _weights(text):
 
 @pytest.mark.slow
 @time_limit(480)
-def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
+def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):  # noqa: F811 - the fixture imported above
     ns = two_namespaces
     subnet = ns["addresses"][0].rsplit(".", 1)[0]
     with Tracked(tmp_path, "slurm") as run:

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from devicekit.environments import find_free_port
 from conftest import is_launcher_variable
+from devicekit.environments import find_free_port
 from processes import output_file, taken_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -452,7 +452,7 @@ def check_names_failing_rank(launcher, fault, result, logs):
         return found[0]
     code = 137 if fault == "kill" else 1
     line = f"run_8p: local rank {FAULT_RANK} failed first (exit code {code});"
-    found = [l for l in result.stderr.splitlines() if l.startswith(line)]
+    found = [text for text in result.stderr.splitlines() if text.startswith(line)]
     assert found, f"no line starting {line!r}\n{result}\n{logs}"
     return found[0]
 
@@ -651,7 +651,9 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
         )
         for round_ in range(KILLS):
             poll_until(
-                lambda: len(_progress(progress)["ready"]) > round_ or zygote.poll() is not None,
+                lambda round_=round_: (
+                    len(_progress(progress)["ready"]) > round_ or zygote.poll() is not None
+                ),
                 60,
                 f"writer {round_} ready",
                 lambda: str(run.read("writers")),
@@ -668,7 +670,9 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
                     assert target.stat().st_size > numel * 4, "a partial file at the target"
                 time.sleep(0.01)
             os.kill(pid, signal.SIGKILL)
-            poll_until(lambda: pid in _progress(progress)["died"], 30, f"writer {round_} reaped")
+            poll_until(
+                lambda pid=pid: pid in _progress(progress)["died"], 30, f"writer {round_} reaped"
+            )
             status = _progress(progress)["died"][pid]
             assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
             state = _progress(progress)
@@ -740,7 +744,7 @@ def two_namespaces():
         _ip("netns", "add", names[1])
         created.append(names[1])
         _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for name, link, address in zip(names, links, addresses):
+        for name, link, address in zip(names, links, addresses, strict=False):
             _ip("link", "set", link, "netns", name)
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
             _ip("-n", name, "link", "set", link, "up")
@@ -1036,7 +1040,7 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
             lambda: str(run.read("run")),
         )
         proc.send_signal(number)
-        result, exited_at = run.wait("run", 30)
+        result, _exited_at = run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
     if launcher == "torchrun":
         # torchrun's own convention: its workers stopped, it exits non-zero, naming the signal.

@@ -24,10 +24,9 @@ from hypothesis import strategies as st
 import devicekit
 import models
 from devicekit import checkpoint
-from trainer import state
-
 from invariant import assert_usage_line
 from test_bad_input import write_checkpoint
+from trainer import state
 
 ARCH = "tinynet"
 CLASSES = 10
@@ -40,7 +39,7 @@ def folder(tmp_path_factory):
     return str(tmp_path_factory.mktemp("fuzz_checkpoint"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real(folder):
     """The bytes and the dict of a real checkpoint, as main.py writes it (a function, not a
     fixture: Hypothesis would print a fixture's megabyte with every falsifying example)."""
@@ -63,7 +62,7 @@ def load_or_refuse(path, what="--resume checkpoint"):
         warnings.simplefilter("always")
         try:
             loaded = checkpoint.load(path, what)
-        except Exception as error:  # noqa: BLE001 - the assertion names any other type
+        except Exception as error:
             assert_usage_line(error, [repr(path)])
             assert what in str(error)
             loaded = REFUSED
@@ -315,5 +314,5 @@ def test_load_checkpoint_of_the_library_raises_usage_error_for_a_non_checkpoint(
     path = write(folder, data, "library.pt")
     try:
         devicekit.load_checkpoint(path)
-    except Exception as error:  # noqa: BLE001 - the assertion names any other type
+    except Exception as error:
         assert_usage_line(error, [repr(path)])

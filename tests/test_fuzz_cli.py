@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from devicekit import __main__ as cli
 from devicekit import check
-
 from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused
 
 DEVICES = st.one_of(

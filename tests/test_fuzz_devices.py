@@ -9,9 +9,9 @@ test, not per example). Nothing here compiles the npu stand-in."""
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
-from typing import Dict, Iterator, Optional
 
 import pytest
 from hypothesis import assume, example, given
@@ -32,7 +32,7 @@ VISIBLE = {
 
 
 @contextlib.contextmanager
-def environ_set(values: Dict[str, Optional[str]]) -> Iterator[None]:
+def environ_set(values: dict[str, str | None]) -> Iterator[None]:
     """os.environ with `values` set (None: unset) for the block, then as it was."""
     saved = {name: os.environ.get(name) for name in values}
     try:

@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import string
-from typing import Dict, List, Tuple, Union
 
 import pytest
 from hypothesis import event, example, given
@@ -76,7 +75,7 @@ OPTION_FIELDS = (
 )
 
 
-def option_names(options: LaunchOptions) -> List[str]:
+def option_names(options: LaunchOptions) -> list[str]:
     """How an error may call the options that were given."""
     return [
         options.name(field)
@@ -109,7 +108,7 @@ def _event(text: str) -> None:
         event(text)
 
 
-def resolve_or_refuse(options: Union[LaunchOptions, dict], environ: Dict[str, str], kind):
+def resolve_or_refuse(options: LaunchOptions | dict, environ: dict[str, str], kind):
     """The context, checked; or None after checking the refusal names an input that was
     given (or one the detected environment reads, when that one is missing). `options` may
     be LaunchOptions' arguments, which it checks when it is made."""
@@ -146,7 +145,7 @@ PORTS = st.integers(1, 65535)
 
 
 @st.composite
-def shapes(draw) -> Tuple[int, int, int, int]:
+def shapes(draw) -> tuple[int, int, int, int]:
     """(nodes, processes per node, this node, this local rank)."""
     nnodes, nproc = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     return nnodes, nproc, draw(st.integers(0, nnodes - 1)), draw(st.integers(0, nproc - 1))
@@ -217,7 +216,7 @@ def launcher_runs(draw, launcher: str):
             if launcher == "mpi"
             else ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
         )
-        environ = dict(zip(names, map(str, (rank, world, local, nproc))))
+        environ = dict(zip(names, map(str, (rank, world, local, nproc)), strict=False))
         if nnodes > 1 or draw(st.booleans()):
             environ["MASTER_ADDR"] = master["MASTER_ADDR"]
         expected = (launcher, rank, local, world, nproc, node, nnodes) if world > 1 else None
@@ -323,7 +322,7 @@ SHELL_LOOP = {
 }
 
 
-def refusal(options: LaunchOptions, environ: Dict[str, str]) -> str:
+def refusal(options: LaunchOptions, environ: dict[str, str]) -> str:
     """The one line that refuses `options` in `environ`."""
     with pytest.raises(UsageError) as raised:
         resolve_launch(options, environ, CPU)
@@ -438,7 +437,7 @@ NAME_CHARS = string.ascii_letters + string.digits + ".-_"
 
 
 @st.composite
-def bracket_groups(draw) -> Tuple[str, List[str]]:
+def bracket_groups(draw) -> tuple[str, list[str]]:
     """`[01-03,7]` and the numbers it stands for, zero padding kept."""
     items, numbers = [], []
     for _ in range(draw(st.integers(1, 3))):
@@ -455,7 +454,7 @@ def bracket_groups(draw) -> Tuple[str, List[str]]:
 
 
 @st.composite
-def node_lists(draw) -> Tuple[str, List[str]]:
+def node_lists(draw) -> tuple[str, list[str]]:
     """A Slurm node list such as `node[01-04,7],gpu-[1-2]` and the hosts it names."""
     entries, expected = [], []
     for _ in range(draw(st.integers(1, 3))):
@@ -549,7 +548,7 @@ def test_any_tasks_per_node_layout_reads_or_names_the_variable(layout, ntasks):
 # -- Ascend's rank table ------------------------------------------------------------------------
 
 
-def rank_table(servers: List[int], v12: bool = False) -> dict:
+def rank_table(servers: list[int], v12: bool = False) -> dict:
     """A valid rank table: `servers[s]` devices on server s, every value a string."""
     ranks = itertools.count()
     server_list = []

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import hypothesmith
 import libcst as cst
@@ -35,8 +34,8 @@ from hypothesis import strategies as st
 
 from conftest import clean_environ
 from devicekit.port import ParseFailure, port_source
-from devicekit.port.engine import one_line
 from devicekit.port.cli import main
+from devicekit.port.engine import one_line
 from invariant import EXIT_USAGE, assert_command_refused, assert_usage_line, no_files_left
 
 # Generated code may well compare a literal with `is`: Python warns, the port need not.
@@ -164,7 +163,7 @@ def assert_refused(error: BaseException, data: bytes, path: str = "fuzz.py") -> 
     return message
 
 
-def assert_ports_cleanly(data: bytes) -> Tuple[bytes, object]:
+def assert_ports_cleanly(data: bytes) -> tuple[bytes, object]:
     """Port valid `data`: no error, the output compiles, and porting it again changes
     nothing."""
     out, report = port_source(data, "fuzz.py")
@@ -204,7 +203,7 @@ class _Blocks(cst.CSTVisitor):
 
     def __init__(self):
         super().__init__()
-        self.blocks: List[cst.CSTNode] = []
+        self.blocks: list[cst.CSTNode] = []
 
     def visit_Module(self, node: cst.Module) -> None:
         self.blocks.append(node)
@@ -216,7 +215,7 @@ class _Blocks(cst.CSTVisitor):
 class _Insert(cst.CSTTransformer):
     """Puts statements into chosen blocks: {id(block): [(index, statements)]}."""
 
-    def __init__(self, where: Dict[int, List[Tuple[int, list]]]):
+    def __init__(self, where: dict[int, list[tuple[int, list]]]):
         super().__init__()
         self.where = where
 
@@ -247,7 +246,7 @@ def scripts(draw) -> bytes:
     else:
         finder = _Blocks()
         module.visit(finder)
-        where: Dict[int, List[Tuple[int, list]]] = {}
+        where: dict[int, list[tuple[int, list]]] = {}
         for i in chosen:
             block = draw(st.sampled_from(finder.blocks))
             index = draw(st.integers(0, len(block.body)))
@@ -418,7 +417,7 @@ OPTION = st.one_of(
 
 
 @st.composite
-def command_lines(draw) -> List[str]:
+def command_lines(draw) -> list[str]:
     """port's options and paths, in any order; or any tokens at all."""
     if draw(st.integers(0, 3)) == 0:
         return draw(st.lists(st.one_of(PATH, OPTION.map(lambda option: option[0])), max_size=6))
@@ -428,7 +427,7 @@ def command_lines(draw) -> List[str]:
 
 
 @contextlib.contextmanager
-def folder_of(files: Dict[str, bytes]):
+def folder_of(files: dict[str, bytes]):
     """A temporary folder holding `files`, as the current directory."""
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as folder:
@@ -442,7 +441,7 @@ def folder_of(files: Dict[str, bytes]):
             os.chdir(cwd)
 
 
-def snapshot(folder: Path) -> Dict[str, bytes]:
+def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (relative name: content)."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -455,7 +454,7 @@ def is_report(data: bytes) -> bool:
         return False
 
 
-def run_main(argv: List[str]) -> Tuple[int, str, str]:
+def run_main(argv: list[str]) -> tuple[int, str, str]:
     """`devicekit port ARGV` in-process: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

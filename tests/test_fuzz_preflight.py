@@ -17,7 +17,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List
 
 import pytest
 import yaml
@@ -40,7 +39,7 @@ TRAIN = b"import torch\nmodel = torch.nn.Linear(2, 2)\nprint(model(torch.ones(2)
 OPS = b"supported:\n  - add.Tensor\n  - func: relu(Tensor self) -> Tensor\ncustom:\n  - npu_x\n"
 
 
-def read(argv: List[str]):
+def read(argv: list[str]):
     """read_arguments(argv): (the Namespace or None, the UsageError or None, exit code of
     an argparse refusal or None, stderr)."""
     err = io.StringIO()
@@ -145,7 +144,7 @@ TARGET = st.one_of(
 
 
 @st.composite
-def command_lines(draw) -> List[str]:
+def command_lines(draw) -> list[str]:
     """preflight's options, a script or -m MODULE, the script's own arguments; or any
     tokens at all."""
     if draw(st.integers(0, 3)) == 0:

@@ -21,9 +21,8 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import main as main_module
-from trainer import options
-
 from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused, working_directory
+from trainer import options
 
 PARSER = options.build_parser()
 # Flags that do not take part: help prints and exits 0; the rest name files and folders,

@@ -8,13 +8,12 @@ import pytest
 import torch
 
 import devicekit
+from conftest import clean_environ
 from devicekit import kinds
 from devicekit.detect import resolve_kind
 from devicekit.distributed import resolve_backend
 from devicekit.errors import UsageError
 from devicekit.kinds.visible import parse_ascend, parse_cuda
-
-from conftest import clean_environ
 from processes import Processes
 
 

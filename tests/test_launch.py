@@ -6,14 +6,14 @@ import re
 import pytest
 
 from devicekit import kinds
-from devicekit.errors import UsageError
 from devicekit.environments import (
-    LaunchOptions,
     REFERENCE_DIST_URL,
+    LaunchOptions,
     launcher_of,
     pop_local_rank,
     resolve_launch,
 )
+from devicekit.errors import UsageError
 
 CPU = kinds.get("cpu")
 TORCHRUN = {

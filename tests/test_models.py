@@ -52,7 +52,7 @@ STATE_DICT_ENTRIES = {
 BN_ENTRIES = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built(name):
     """One 1000-class instance per architecture for the whole module (read-only use)."""
     torch.manual_seed(0)
@@ -303,7 +303,7 @@ def test_small_model_trains_one_step(name):
     for p in model.parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all()
     optimizer.step()
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=False))
 
 
 @pytest.mark.parametrize("name", SMALL)
@@ -347,8 +347,8 @@ def test_no_bn_full_batch_gradient_equals_mean_of_half_batches(name):
 
     full = grads(images, labels)
     first, second = grads(images[:4], labels[:4]), grads(images[4:], labels[4:])
-    for g, a, b in zip(full, first, second):
+    for g, a, b in zip(full, first, second, strict=False):
         torch.testing.assert_close(g, (a + b) / 2, rtol=1e-10, atol=1e-12)
     # and it is deterministic: the same batch twice gives bit-identical gradients
-    for g, again in zip(full, grads(images, labels)):
+    for g, again in zip(full, grads(images, labels), strict=False):
         assert torch.equal(g, again)

@@ -746,7 +746,8 @@ def parameters(arguments):
         inspect.Parameter.POSITIONAL_OR_KEYWORD
     ] * len(arguments.args)
     found = [
-        (kind.name, arg.arg, default) for kind, arg, default in zip(kinds, positional, defaults)
+        (kind.name, arg.arg, default)
+        for kind, arg, default in zip(kinds, positional, defaults, strict=False)
     ]
     if arguments.vararg:
         found.append((inspect.Parameter.VAR_POSITIONAL.name, arguments.vararg.arg, None))
@@ -756,7 +757,7 @@ def parameters(arguments):
             arg.arg,
             None if default is None else ast.unparse(default),
         )
-        for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults)
+        for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=False)
     ]
     if arguments.kwarg:
         found.append((inspect.Parameter.VAR_KEYWORD.name, arguments.kwarg.arg, None))

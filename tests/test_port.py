@@ -666,7 +666,7 @@ def test_untouched_code_is_byte_for_byte_the_same():
     before, after = FORMATTED.splitlines(), out.decode().splitlines()
     assert "import devicekit" == after[7]  # after the last top-of-file import
     del after[7]
-    differing = [i + 1 for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    differing = [i + 1 for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b]
     assert len(before) == len(after) and differing == [21, 22]
     assert after[20] == "    model = Net( ).to(devicekit.device())   # move it"
     assert after[21] == "    x = torch.randn(8, 4).to(  devicekit.device(), non_blocking = True  )"
@@ -894,7 +894,7 @@ def test_out_keeps_the_layout_and_leaves_inputs_alone(tmp_path, capsys):
     write(src / "notes.txt", "not python")
     write(src / "__pycache__" / "skip.py", "x = y.cuda()\n")
     out_dir = tmp_path / "ported"
-    code, out, _ = run_port(capsys, "--out", out_dir, src)
+    code, _out, _ = run_port(capsys, "--out", out_dir, src)
     assert code == 0
     written = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
     assert written == ["pkg/model.py", "pkg/util.py", "train.py"]

@@ -83,7 +83,7 @@ def test_the_accelerator_question_follows_devicekit(what, before, after):
     text, report = port(before + "\n")
     assert text == after + "\n"
     assert report.manual == [] and report.info == [], "nothing kept as 'harmless'"
-    again, second = port_source(("import devicekit\n" + HEADER + after + "\n").encode())
+    _again, second = port_source(("import devicekit\n" + HEADER + after + "\n").encode())
     assert second.changes == [] and second.manual == []
 
 
@@ -179,7 +179,7 @@ def test_a_guard_that_demands_a_gpu_goes(what, before, after):
 
 
 def test_a_guard_that_does_more_than_stop_stays():
-    text, report = port("if not torch.cuda.is_available():\n    device = 'cpu'\n")
+    text, _report = port("if not torch.cuda.is_available():\n    device = 'cpu'\n")
     assert text == "if not devicekit.is_available():\n    device = 'cpu'\n"
 
 

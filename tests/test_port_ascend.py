@@ -120,7 +120,7 @@ REWRITES = [
 @pytest.mark.parametrize("what, before, after", REWRITES, ids=[r[0] for r in REWRITES])
 def test_ascend_idiom_is_ported(what, before, after):
     assert body(before + "\n") == after
-    again, report = port("import torch\nimport devicekit\n" + after + "\n")
+    _again, report = port("import torch\nimport devicekit\n" + after + "\n")
     assert report.changes == [] and report.manual == [], "porting twice changes nothing"
 
 
@@ -206,7 +206,7 @@ def test_transfer_to_npu_stays_while_cuda_code_it_maps_remains():
     ],
 )
 def test_npu_only_names_without_a_portable_twin_are_manual(snippet, fix):
-    text, report = port(HEADER + snippet + "\n")
+    _text, report = port(HEADER + snippet + "\n")
     assert report.manual and fix in report.manual[-1].fix, report.manual
     assert "torch.cuda" not in report.manual[-1].why
 

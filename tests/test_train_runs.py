@@ -15,6 +15,7 @@ Fast tests cover the learning-rate schedule, the exact validation shard and the
 per-sample augmentation seeding.
 """
 
+import itertools
 import json
 import math
 import os
@@ -232,7 +233,7 @@ def assert_bitwise_equal(left, right, where="checkpoint"):
             assert_bitwise_equal(left[key], right[key], f"{where}[{key!r}]")
     elif isinstance(left, (list, tuple)):
         assert isinstance(right, (list, tuple)) and len(left) == len(right), where
-        for index, (a, b) in enumerate(zip(left, right)):
+        for index, (a, b) in enumerate(zip(left, right, strict=False)):
             assert_bitwise_equal(a, b, f"{where}[{index}]")
     else:
         assert left == right, f"{where}: {left!r} != {right!r}"
@@ -308,7 +309,7 @@ def test_training_runs_under_launcher(launcher, launcher_runs):
 
     rows = read_metrics(output)
     assert [row["epoch"] for row in rows] == [0, 1]
-    for row, (acc1, _) in zip(rows, printed_accuracies(stdout)):
+    for row, (acc1, _) in zip(rows, printed_accuracies(stdout), strict=False):
         assert row["world_size"] == NPROC
         assert row["val_samples"] == 2 * 8 * NPROC  # --val-steps 2 of 8 per rank
         assert f"{row['acc1']:.3f}" == acc1
@@ -317,7 +318,7 @@ def test_training_runs_under_launcher(launcher, launcher_runs):
 
 @pytest.mark.slow
 def test_every_launcher_trains_the_same_weights(launcher_runs):
-    reference_results, reference_output = launcher_runs(LAUNCHERS[0])
+    _reference_results, reference_output = launcher_runs(LAUNCHERS[0])
     reference = load_checkpoint(reference_output)
     reference_rows = read_metrics(reference_output)
     initial = initial_state_dict("tinynet", 10)
@@ -613,7 +614,7 @@ def test_bind_cores_gives_each_rank_its_own_cores_and_as_many_threads(tmp_path):
 def test_warmup_is_linear():
     factors = [state.lr_factor(epoch, 90, 5, "step") for epoch in (0, 1, 2, 3, 4)]
     assert factors[0] == pytest.approx(1e-3 / 5)
-    steps = [b - a for a, b in zip(factors, factors[1:])]
+    steps = [b - a for a, b in itertools.pairwise(factors)]
     assert steps == pytest.approx([0.2] * 4)
     assert state.lr_factor(2.5, 90, 5, "step") == pytest.approx((2.5 + 1e-3) / 5)
     assert state.lr_factor(4.5, 90, 5, "step") == pytest.approx((4.5 + 1e-3) / 5)
@@ -636,7 +637,7 @@ def test_cosine_schedule_reaches_zero_at_the_end():
     assert state.lr_factor(10, 10, 0, "cosine") == pytest.approx(0.0, abs=1e-12)
     assert state.lr_factor(9.99, 10, 0, "cosine") < 1e-4
     curve = [state.lr_factor(epoch / 10, 10, 2, "cosine") for epoch in range(20, 101)]
-    assert all(b < a for a, b in zip(curve, curve[1:]))
+    assert all(b < a for a, b in itertools.pairwise(curve))
     assert curve[-1] == pytest.approx(0.0, abs=1e-12)
 
 

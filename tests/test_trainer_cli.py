@@ -14,13 +14,12 @@ import torch
 import yaml
 
 import devicekit
+from conftest import ROOT, clean_environ
 from devicekit import LaunchOptions, UsageError, kinds
 from devicekit.environments import REFERENCE_DIST_URL, resolve_launch
 from trainer import config
 from trainer.config import DuplicateKeyError, UniqueKeyLoader
 from trainer.options import build_parser, launch_options, parse_args
-
-from conftest import ROOT, clean_environ
 
 TIMEOUT_S = 120
 

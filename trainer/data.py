@@ -218,8 +218,8 @@ class RandomResizedCrop:
         for _ in range(self.ATTEMPTS):
             target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * torch.rand(1).item())
             aspect = math.exp(log_low + (log_high - log_low) * torch.rand(1).item())
-            crop_w = int(round(math.sqrt(target * aspect)))
-            crop_h = int(round(math.sqrt(target / aspect)))
+            crop_w = round(math.sqrt(target * aspect))
+            crop_h = round(math.sqrt(target / aspect))
             if 0 < crop_w <= width and 0 < crop_h <= height:
                 top = int(torch.randint(0, height - crop_h + 1, (1,)))
                 left = int(torch.randint(0, width - crop_w + 1, (1,)))
@@ -227,9 +227,9 @@ class RandomResizedCrop:
         # Fallback: the whole image, cut down to the nearest allowed aspect ratio.
         aspect = width / height
         if aspect < self.ratio[0]:
-            crop_w, crop_h = width, int(round(width / self.ratio[0]))
+            crop_w, crop_h = width, round(width / self.ratio[0])
         elif aspect > self.ratio[1]:
-            crop_w, crop_h = int(round(height * self.ratio[1])), height
+            crop_w, crop_h = round(height * self.ratio[1]), height
         else:
             crop_w, crop_h = width, height
         return (width - crop_w) // 2, (height - crop_h) // 2, crop_w, crop_h
@@ -302,8 +302,8 @@ class CenterCrop:
 
     def __call__(self, image):
         width, height = image.size
-        left = int(round((width - self.size) / 2.0))
-        top = int(round((height - self.size) / 2.0))
+        left = round((width - self.size) / 2.0)
+        top = round((height - self.size) / 2.0)
         return image.crop((left, top, left + self.size, top + self.size))
 
     def __repr__(self):

@@ -56,7 +56,7 @@ SPLIT_IDS = {"train": 0, "val": 1}
 def _draw_shape(draw, shape, cx, cy, s, colour, rng):
     """Draw ``shape`` centred at (cx, cy) inside an s x s box."""
     h = s / 2.0
-    stroke = max(2, int(round(s * 0.2)))
+    stroke = max(2, round(s * 0.2))
     if shape == "circle":
         draw.ellipse((cx - h, cy - h, cx + h, cy + h), fill=colour)
     elif shape == "square":
@@ -69,7 +69,7 @@ def _draw_shape(draw, shape, cx, cy, s, colour, rng):
         draw.line((cx - h, cy + h, cx + h, cy - h), fill=colour, width=stroke)
     elif shape == "ring":
         draw.ellipse(
-            (cx - h, cy - h, cx + h, cy + h), outline=colour, width=max(2, int(round(s * 0.15)))
+            (cx - h, cy - h, cx + h, cy + h), outline=colour, width=max(2, round(s * 0.15))
         )
     elif shape == "hbar":
         draw.rectangle((cx - h, cy - s * 0.13, cx + h, cy + s * 0.13), fill=colour)

@@ -10,7 +10,7 @@ their epoch, so both sit on one axis.
 import argparse
 import contextlib
 import os
-from typing import Dict, Iterator
+from collections.abc import Iterator
 
 import devicekit
 from devicekit.errors import UsageError
@@ -49,7 +49,7 @@ class Observer:
             for name, value in (("loss", loss), ("acc1", acc1), ("lr", lr)):
                 self.writer.add_scalar(f"train/{name}", value, at)
 
-    def epoch_done(self, epoch: int, metrics: Dict[str, float]) -> None:
+    def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
         """Record an epoch's metrics.jsonl row (val loss, top-1, top-5; images/s) at its end."""
         if self.writer is not None:
             at = (epoch + 1) * self.steps_per_epoch

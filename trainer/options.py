@@ -12,8 +12,8 @@ import tempfile
 import models
 from devicekit import LaunchOptions, UsageError, checkpoint
 from devicekit.distributed import timeout_seconds
-from devicekit.errors import ArgumentParser
 from devicekit.environments.reading import REFERENCE_DIST_URL, parse_dist_url
+from devicekit.errors import ArgumentParser
 from devicekit.kinds import device_choices
 from trainer import data, observe, state
 from trainer.config import load_config
@@ -27,7 +27,9 @@ def _device_list(text):
     try:
         ids = [int(item) for item in str(text).split(",") if item.strip() != ""]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of device ids")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of device ids"
+        ) from None
     if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must list distinct device ids, e.g. 0,1,2,3")
     return ids
@@ -39,7 +41,7 @@ def _loss_scale(text):
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'dynamic'")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'dynamic'") from None
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
     return value
@@ -334,7 +336,7 @@ def _config_list(action, value, where):
             f"[{', '.join(action.metavar)}]"
         )
     texts = [str(item) for item in value]
-    for text, item in zip(texts, value):
+    for text, item in zip(texts, value, strict=False):
         _check_config_value(action, text, item, where)
     return texts
 

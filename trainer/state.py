@@ -3,7 +3,7 @@
 import json
 import math
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -40,8 +40,8 @@ class Position(NamedTuple):
     epoch: int
     step: int = 0
     best_acc1: float = 0.0
-    rng_states: Optional[list] = None  # each rank's torch CPU generator state
-    totals: Optional[torch.Tensor] = None  # the epoch's loss sum, top-1, top-5, samples so far
+    rng_states: list | None = None  # each rank's torch CPU generator state
+    totals: torch.Tensor | None = None  # the epoch's loss sum, top-1, top-5, samples so far
 
 
 def save(output_dir, state, is_best):

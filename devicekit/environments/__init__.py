@@ -26,7 +26,7 @@ outer ones' are inherited. So:
 """
 
 import os
-from typing import Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from devicekit.environments.ascend import Ascend
 from devicekit.environments.base import LaunchEnvironment
@@ -39,15 +39,15 @@ from devicekit.environments.mpich import Mpich
 from devicekit.environments.open_mpi import OpenMpi
 from devicekit.environments.options import LaunchOptions
 from devicekit.environments.pytorchjob import PyTorchJob
-from devicekit.environments.reading import REFERENCE_DIST_URL, find_free_port
 from devicekit.environments.rank_table import RankTable
+from devicekit.environments.reading import REFERENCE_DIST_URL, find_free_port
 from devicekit.environments.single import Single
 from devicekit.environments.slurm import Slurm
 from devicekit.environments.spawn import Spawn
 from devicekit.environments.torchrun import Torchrun
 from devicekit.kinds.base import DeviceKind
 
-ENVIRONMENTS: Tuple[LaunchEnvironment, ...] = (
+ENVIRONMENTS: tuple[LaunchEnvironment, ...] = (
     DeepSpeed(),
     DistributedLaunch(),
     Torchrun(),
@@ -65,14 +65,14 @@ ENVIRONMENTS: Tuple[LaunchEnvironment, ...] = (
 
 # The variables each environment reads, in detection order: what doctor reports and what
 # tests and benchmarks clear to start a process that no launcher has touched.
-VARIABLES: Dict[str, Tuple[str, ...]] = {env.name: tuple(env.variables) for env in ENVIRONMENTS}
-ALL_VARIABLES: Tuple[str, ...] = tuple(
+VARIABLES: dict[str, tuple[str, ...]] = {env.name: tuple(env.variables) for env in ENVIRONMENTS}
+ALL_VARIABLES: tuple[str, ...] = tuple(
     dict.fromkeys(name for names in VARIABLES.values() for name in names)
 )
 
 
 def detect(
-    options: Optional[LaunchOptions] = None, environ: Optional[Mapping[str, str]] = None
+    options: LaunchOptions | None = None, environ: Mapping[str, str] | None = None
 ) -> LaunchEnvironment:
     """The environment that started this process (the first in ENVIRONMENTS that says so;
     `single` when none does). Reads only; never raises."""
@@ -81,7 +81,7 @@ def detect(
     return next(env for env in ENVIRONMENTS if env.detect(environ, options))
 
 
-def launcher_of(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+def launcher_of(environ: Mapping[str, str] | None = None) -> str | None:
     """The name of the launcher whose variables this environment shows ("torchrun", "env",
     "slurm", ...), or None when no launcher started the process. Reads only; validates
     nothing."""
@@ -90,9 +90,9 @@ def launcher_of(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
 
 
 def resolve_launch(
-    options: Optional[LaunchOptions] = None,
-    environ: Optional[Mapping[str, str]] = None,
-    kind: Optional[DeviceKind] = None,
+    options: LaunchOptions | None = None,
+    environ: Mapping[str, str] | None = None,
+    kind: DeviceKind | None = None,
 ) -> LaunchContext:
     """Return the LaunchContext for this process.
 
@@ -109,10 +109,10 @@ __all__ = [
     "ALL_VARIABLES",
     "ENVIRONMENTS",
     "REFERENCE_DIST_URL",
+    "VARIABLES",
     "LaunchContext",
     "LaunchEnvironment",
     "LaunchOptions",
-    "VARIABLES",
     "detect",
     "find_free_port",
     "launcher_of",

@@ -1,7 +1,7 @@
 """The interface every launch environment answers."""
 
 import abc
-from typing import Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
@@ -18,7 +18,7 @@ class LaunchEnvironment(abc.ABC):
     """
 
     name: str = ""  # the LaunchContext.mode it produces
-    variables: Tuple[str, ...] = ()  # every environment variable it reads
+    variables: tuple[str, ...] = ()  # every environment variable it reads
     started_by_launcher: bool = True  # False: no launcher, the script itself decides
 
     def __repr__(self) -> str:
@@ -30,11 +30,11 @@ class LaunchEnvironment(abc.ABC):
 
     @abc.abstractmethod
     def context(
-        self, options: LaunchOptions, environ: Mapping[str, str], kind: Optional[DeviceKind]
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
     ) -> LaunchContext:
         """Who this process is. `kind` (a DeviceKind, or None) bounds the device index by
         its visible devices."""
 
-    def variables_set(self, environ: Mapping[str, str]) -> Dict[str, str]:
+    def variables_set(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The variables this environment reads that are set in `environ`, with values."""
         return {name: environ[name] for name in self.variables if name in environ}

@@ -1,7 +1,6 @@
 """LaunchContext: who this process is in the run, whatever started it."""
 
 import dataclasses
-from typing import Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +23,7 @@ class LaunchContext:
     master_addr: str
     master_port: int
     device_index: int
-    device_list: Optional[Tuple[int, ...]] = None
+    device_list: tuple[int, ...] | None = None
     launcher_store: bool = False
 
     @property

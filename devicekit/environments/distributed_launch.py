@@ -5,7 +5,7 @@ Told apart from torchrun by that argument (LaunchOptions.local_rank). Its worker
 store the launcher serves, or that rank 0 serves through env:// (torch 1.x).
 """
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.reading import to_int
@@ -17,7 +17,7 @@ from devicekit.environments.torchrun import (
 from devicekit.errors import UsageError
 
 
-def pop_local_rank(argv: Sequence[str]) -> Tuple[List[str], Optional[int]]:
+def pop_local_rank(argv: Sequence[str]) -> tuple[list[str], int | None]:
     """Remove torch.distributed.launch's `--local-rank=N` (or `--local_rank N`, either
     spelling, either form) from `argv`; return (remaining argv, N or None)."""
     remaining, local_rank, tokens = [], None, iter(argv)

@@ -2,7 +2,7 @@
 
 import itertools
 import re
-from typing import Iterator, List, Tuple, Union
+from collections.abc import Iterator
 
 from devicekit.errors import UsageError
 
@@ -11,7 +11,7 @@ _NAME = re.compile(r"[A-Za-z0-9._-]*")
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 # An entry's parts: literal text, or the (low, high) ranges of one [...], as written.
-_Part = Union[str, List[Tuple[str, str]]]
+_Part = str | list[tuple[str, str]]
 
 
 def first_host(variable: str, text: str) -> str:
@@ -32,7 +32,7 @@ def hosts(variable: str, text: str) -> Iterator[str]:
             yield "".join(chosen)
 
 
-def _numbers(ranges: List[Tuple[str, str]]) -> Iterator[str]:
+def _numbers(ranges: list[tuple[str, str]]) -> Iterator[str]:
     """The numbers of one bracket, each as wide as its range's lower bound (`08-10` -> 08,
     09, 10)."""
     for low, high in ranges:
@@ -47,7 +47,7 @@ def _fail(variable: str, text: str, reason: str) -> UsageError:
     )
 
 
-def _entries(variable: str, text: str) -> List[str]:
+def _entries(variable: str, text: str) -> list[str]:
     """`text` split at the commas outside brackets."""
     entries, current, inside = [], "", False
     for char in text:
@@ -79,9 +79,9 @@ def _below(high: str, low: str) -> bool:
     return (len(high), high) < (len(low), low)
 
 
-def _parse_entry(variable: str, text: str, entry: str) -> List[_Part]:
+def _parse_entry(variable: str, text: str, entry: str) -> list[_Part]:
     """An entry such as `node[01-04,07]` or `rack[1-2]-n[3-4]` in parts, checked."""
-    parts: List[_Part] = []
+    parts: list[_Part] = []
     # re.split with a group: literal text at even places, the inside of [...] at odd ones.
     for place, part in enumerate(re.split(r"\[([^\]]*)\]", entry)):
         if place % 2 == 0:

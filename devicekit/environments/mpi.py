@@ -3,8 +3,6 @@ process count on its node; no master address (MASTER_ADDR is needed on several n
 Nodes are numbered rank // processes per node (mpirun's default, block placement). The
 ranks meet in devicekit's rendezvous. Open MPI and MPICH/Intel MPI differ only in names."""
 
-from typing import Tuple
-
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.reading import (
@@ -21,7 +19,7 @@ from devicekit.environments.reading import (
 class MpiEnvironment(LaunchEnvironment):
     """An MPI launcher whose variables are (rank, size, local rank, local size)."""
 
-    names: Tuple[str, str, str, str] = ("", "", "", "")
+    names: tuple[str, str, str, str] = ("", "", "", "")
 
     @property
     def variables(self):

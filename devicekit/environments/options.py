@@ -1,7 +1,6 @@
 """LaunchOptions: who a process is, as a script or a trainer's command line says it."""
 
 import dataclasses
-from typing import Optional, Tuple
 
 from devicekit.errors import UsageError
 
@@ -32,16 +31,16 @@ class LaunchOptions:
     (`--rank 5`), otherwise the Python arguments (`rank=5`).
     """
 
-    local_rank: Optional[int] = None  # torch.distributed.launch's --local-rank / --local_rank
-    gpu: Optional[int] = None  # the device index (Ascend scripts pass --gpu $RANK_ID)
-    rank: Optional[int] = None  # global rank, or the node rank when spawning
-    world_size: Optional[int] = None  # ranks, or nodes when spawning
-    dist_url: Optional[str] = None  # tcp://HOST:PORT or env://
-    addr: Optional[str] = None  # master address (Ascend scripts' --addr)
-    port: Optional[int] = None  # master port (Ascend scripts' --port)
+    local_rank: int | None = None  # torch.distributed.launch's --local-rank / --local_rank
+    gpu: int | None = None  # the device index (Ascend scripts pass --gpu $RANK_ID)
+    rank: int | None = None  # global rank, or the node rank when spawning
+    world_size: int | None = None  # ranks, or nodes when spawning
+    dist_url: str | None = None  # tcp://HOST:PORT or env://
+    addr: str | None = None  # master address (Ascend scripts' --addr)
+    port: int | None = None  # master port (Ascend scripts' --port)
     multiprocessing_distributed: bool = False  # spawn this node's processes
-    nproc_per_node: Optional[int] = None  # processes per node when spawning
-    device_list: Optional[Tuple[int, ...]] = None  # the device ids of this node's processes
+    nproc_per_node: int | None = None  # processes per node when spawning
+    device_list: tuple[int, ...] | None = None  # the device ids of this node's processes
     cli: bool = False
 
     def __post_init__(self):
@@ -72,7 +71,7 @@ class LaunchOptions:
                 f"{self.show(field, value)} is not an integer: give a whole number"
             ) from None
 
-    def _device_ids(self, value) -> Tuple[int, ...]:
+    def _device_ids(self, value) -> tuple[int, ...]:
         """The device list as distinct non-negative ints (from "0,1" too)."""
         items = value.split(",") if isinstance(value, str) else value
         try:

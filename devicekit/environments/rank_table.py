@@ -17,7 +17,8 @@ inconsistent one is refused here, in one line. The ranks meet in devicekit's ren
 import json
 import os
 import re
-from typing import List, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
@@ -40,7 +41,7 @@ class Server(NamedTuple):
     in rank order."""
 
     host: str
-    devices: List[tuple]
+    devices: list[tuple]
 
 
 def _get(container, key, location, label, expected=str):
@@ -75,7 +76,7 @@ def _host(container, key, location, label) -> str:
     return value
 
 
-def read_rank_table(path: str) -> List[Server]:
+def read_rank_table(path: str) -> list[Server]:
     """The servers of the rank table at `path`, checked: every field HCCL needs present
     and a string, server_count matching server_list, rank_ids 0..N-1 each once."""
     label = f"RANK_TABLE_FILE={path!r}"

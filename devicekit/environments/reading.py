@@ -4,7 +4,7 @@ address, device indices. Every mistake is a UsageError that names the variable o
 import os
 import re
 import socket
-from typing import Callable, Dict, Mapping, Optional, Tuple, Union
+from collections.abc import Callable, Mapping
 
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
@@ -43,9 +43,7 @@ def to_port(value, name: str) -> int:
     return port
 
 
-def read_numbers(
-    environ: Mapping[str, str], rules: Mapping[str, Union[int, str]]
-) -> Dict[str, int]:
+def read_numbers(environ: Mapping[str, str], rules: Mapping[str, int | str]) -> dict[str, int]:
     """The variables of `rules` that are set, each checked in order against its rule (a
     minimum, or PORT). A set but malformed variable is named before any missing one, so
     the user fixes the mistake rather than a symptom. An empty port counts as unset."""
@@ -76,7 +74,7 @@ def to_host(value: str, name: str) -> str:
     return value
 
 
-def parse_dist_url(url: str, name: str) -> Tuple[str, int]:
+def parse_dist_url(url: str, name: str) -> tuple[str, int]:
     """(host, port) of a tcp://HOST:PORT init method; `name` is what the error calls it."""
     match = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:([0-9]+)", url.strip())
     if not match:
@@ -88,9 +86,9 @@ def master(
     options: LaunchOptions,
     environ: Mapping[str, str],
     nnodes: int,
-    default_port: Optional[int],
-    node0: Callable[[], Optional[str]] = lambda: None,
-) -> Tuple[str, int]:
+    default_port: int | None,
+    node0: Callable[[], str | None] = lambda: None,
+) -> tuple[str, int]:
     """(addr, port) from the init method URL, addr/port options, MASTER_ADDR/MASTER_PORT,
     or else node 0 as the launcher tells it (`node0()`, asked only then) on several nodes
     and loopback on one. `default_port` None: a free port."""
@@ -167,7 +165,7 @@ def check_ranks(
     world_size: int,
     local_rank: int,
     local_world_size: int,
-    names: Tuple[str, str, str, str],
+    names: tuple[str, str, str, str],
 ):
     """Ranks below their sizes, and the same number of ranks on every node."""
     rank_name, world_name, local_name, local_world_name = names
@@ -209,7 +207,7 @@ def check_local_rank_agrees(options: LaunchOptions, local_rank: int, variable: s
         )
 
 
-def nodes_from_options(options: LaunchOptions, when: str) -> Tuple[int, int]:
+def nodes_from_options(options: LaunchOptions, when: str) -> tuple[int, int]:
     """(nodes, node rank) when spawning: world_size and rank count nodes then."""
     nnodes = (
         1

@@ -11,7 +11,7 @@ every task agrees without talking. The ranks meet in devicekit's rendezvous.
 """
 
 import re
-from typing import List, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
@@ -35,7 +35,7 @@ _FIX = ": srun exports SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID to every tas
 PORT_BASE = 15000
 
 
-def tasks_per_node(variable: str, value: str) -> List[Tuple[int, int]]:
+def tasks_per_node(variable: str, value: str) -> list[tuple[int, int]]:
     """Slurm's compressed tasks-per-node list as (tasks, nodes) runs: `4(x2),3` ->
     [(4, 2), (3, 1)]. Kept compressed: `1(x99999999)` is a count, not a list to build."""
     runs = []
@@ -56,11 +56,11 @@ def tasks_per_node(variable: str, value: str) -> List[Tuple[int, int]]:
     return runs
 
 
-def _nodes(runs: List[Tuple[int, int]]) -> int:
+def _nodes(runs: list[tuple[int, int]]) -> int:
     return sum(nodes for _, nodes in runs)
 
 
-def _tasks_of(runs: List[Tuple[int, int]], node: int) -> int:
+def _tasks_of(runs: list[tuple[int, int]], node: int) -> int:
     """How many tasks node `node` runs (below _nodes(runs))."""
     for tasks, nodes in runs:
         if node < nodes:
@@ -69,7 +69,7 @@ def _tasks_of(runs: List[Tuple[int, int]], node: int) -> int:
     raise IndexError(node)
 
 
-def _node_of(runs: List[Tuple[int, int]], rank: int) -> int:
+def _node_of(runs: list[tuple[int, int]], rank: int) -> int:
     """The node of task `rank` under block distribution (below the runs' total)."""
     node = 0
     for tasks, nodes in runs:
@@ -87,7 +87,7 @@ def job_port(environ: Mapping[str, str]) -> int:
     return PORT_BASE + to_int(environ["SLURM_JOB_ID"], "SLURM_JOB_ID") % 10000
 
 
-def _node0(environ: Mapping[str, str]) -> Optional[str]:
+def _node0(environ: Mapping[str, str]) -> str | None:
     for variable in _NODE_LISTS:
         if environ.get(variable):
             return first_host(variable, environ[variable])

@@ -6,7 +6,7 @@ variables is shared with torch.distributed.launch and the shell loop (`env`), wh
 export the same ones.
 """
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext

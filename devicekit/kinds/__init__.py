@@ -1,8 +1,6 @@
 """The registry of device kinds. Adding a kind means one module and one entry here, or a
 `register_kind()` call from the user's own code."""
 
-from typing import Dict, List, Optional
-
 from devicekit.errors import UsageError
 from devicekit.kinds.base import AcceleratorKind, DeviceKind
 from devicekit.kinds.cpu import CpuKind
@@ -13,24 +11,24 @@ from devicekit.kinds.xpu import XpuKind
 # Auto-detection tries the kinds in this order: NPU before CUDA, because torch_npu's
 # transfer_to_npu shim makes CUDA look present on an NPU machine; the CPU, always usable,
 # last.
-_REGISTRY: Dict[str, DeviceKind] = {
+_REGISTRY: dict[str, DeviceKind] = {
     kind.name: kind for kind in (NpuKind(), CudaKind(), XpuKind(), CpuKind())
 }
 
 ALIASES = {"gpu": "cuda"}
 
 
-def names() -> List[str]:
+def names() -> list[str]:
     """The registered kind names, in auto-detection order."""
     return list(_REGISTRY)
 
 
-def device_choices() -> List[str]:
+def device_choices() -> list[str]:
     """Every name a user may choose a kind by: "auto", the kinds, their aliases."""
     return ["auto"] + names() + list(ALIASES)
 
 
-def get(name: str, label: Optional[str] = None) -> DeviceKind:
+def get(name: str, label: str | None = None) -> DeviceKind:
     """The DeviceKind called `name` (aliases such as "gpu" accepted); `label` says where
     the name came from in the error for an unknown one."""
     key = ALIASES.get(str(name).lower(), str(name).lower())
@@ -43,7 +41,7 @@ def get(name: str, label: Optional[str] = None) -> DeviceKind:
         ) from None
 
 
-def register_kind(kind: DeviceKind, *, before: Optional[str] = None) -> None:
+def register_kind(kind: DeviceKind, *, before: str | None = None) -> None:
     """Add a device kind of your own, tried by auto-detection just before `before` (a
     registered name; default: before "cpu", the fallback that ends auto-detection).
 
@@ -78,7 +76,7 @@ def register_kind(kind: DeviceKind, *, before: Optional[str] = None) -> None:
     _REGISTRY.update(entries[:at] + [(name, kind)] + entries[at:])
 
 
-def backend_owner(backend: str) -> Optional[str]:
+def backend_owner(backend: str) -> str | None:
     """Who a collective backend is for ("NVIDIA GPUs" for nccl), or None when no
     registered kind uses it."""
     return next(

@@ -2,7 +2,7 @@
 
 import abc
 import os
-from typing import Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Tuple, Union
+from collections.abc import Mapping, MutableMapping
 
 import torch
 
@@ -27,9 +27,9 @@ class DeviceKind(abc.ABC):
 
     name: str = ""  # the torch device type: "cuda", "npu", "cpu", ...
     default_backend: str = ""  # the collective backend where torch does not know the device
-    accepted_backends: FrozenSet[str] = frozenset()
+    accepted_backends: frozenset[str] = frozenset()
     backend_owner: str = ""  # who default_backend is for, as warnings name it ("NVIDIA GPUs")
-    visible_devices_env: Optional[str] = None
+    visible_devices_env: str | None = None
     is_accelerator: bool = False
     # NPUs (and CUDA) cannot be re-initialised in a forked child, so ranks are spawned.
     start_method: str = "spawn"
@@ -41,7 +41,7 @@ class DeviceKind(abc.ABC):
 
     # -- presence -------------------------------------------------------------------
     @abc.abstractmethod
-    def probe(self) -> Tuple[bool, str]:
+    def probe(self) -> tuple[bool, str]:
         """Return (usable, reason): whether this kind can run here, and why not if it cannot."""
 
     def is_available(self) -> bool:
@@ -52,7 +52,7 @@ class DeviceKind(abc.ABC):
         """Whether auto-detection should say why it skipped this kind (its stack is installed)."""
         return False
 
-    def visible_devices(self, environ: Mapping[str, str]) -> Optional[List[Union[int, str]]]:
+    def visible_devices(self, environ: Mapping[str, str]) -> list[int | str] | None:
         """The visible-devices list parsed and validated, or None when the variable is unset."""
         return None
 
@@ -65,7 +65,7 @@ class DeviceKind(abc.ABC):
         return self.device_count()
 
     # -- placement ------------------------------------------------------------------
-    def device(self, index: Optional[int] = None) -> torch.device:
+    def device(self, index: int | None = None) -> torch.device:
         """The torch.device for local device `index` (or the kind's device when None)."""
         return torch.device(self.name) if index is None else torch.device(self.name, index)
 
@@ -78,7 +78,7 @@ class DeviceKind(abc.ABC):
 
     def configure_host_threads(
         self, local_world_size: int, environ: Mapping[str, str]
-    ) -> Optional[int]:
+    ) -> int | None:
         """Set the host threads of one of `local_world_size` processes on this node; the
         number of compute threads when they do the training (CPU), else None."""
         return None
@@ -109,11 +109,11 @@ class DeviceKind(abc.ABC):
     def reset_peak_memory_stats(self) -> None:
         """Start the max_memory_* figures afresh."""
 
-    def memory_stats(self) -> Dict[str, int]:
+    def memory_stats(self) -> dict[str, int]:
         """A small dict of memory figures in bytes for the current device."""
         return {}
 
-    def ddp_device_ids(self, index: int) -> Optional[List[int]]:
+    def ddp_device_ids(self, index: int) -> list[int] | None:
         """The `device_ids` argument DistributedDataParallel wants for local device `index`."""
         return [index] if self.is_accelerator else None
 
@@ -137,7 +137,7 @@ class DeviceKind(abc.ABC):
             return self.default_backend
 
     # -- mixed precision ------------------------------------------------------------
-    def amp_dtype(self, requested: Union[str, torch.dtype, None] = None) -> torch.dtype:
+    def amp_dtype(self, requested: str | torch.dtype | None = None) -> torch.dtype:
         """The low-precision dtype autocast uses: `requested` ("float16"/"bfloat16") or the
         default."""
         if requested is None:
@@ -176,7 +176,7 @@ class DeviceKind(abc.ABC):
         return True
 
     # -- profiling ------------------------------------------------------------------
-    profiler_activities: Tuple[str, ...] = ("CPU",)  # torch.profiler.ProfilerActivity's
+    profiler_activities: tuple[str, ...] = ("CPU",)  # torch.profiler.ProfilerActivity's
 
     def profiler(
         self, output_dir: str, wait: int, warmup: int, active: int, repeat: int, **options
@@ -215,12 +215,12 @@ class AcceleratorKind(DeviceKind):
         return torch.get_device_module(self.name)
 
     @staticmethod
-    def accelerator_type() -> Optional[str]:
+    def accelerator_type() -> str | None:
         """The accelerator this torch was built for, as torch.accelerator says, or None."""
         accelerator = torch.accelerator.current_accelerator()
         return None if accelerator is None else accelerator.type
 
-    def probe(self) -> Tuple[bool, str]:
+    def probe(self) -> tuple[bool, str]:
         # Ask torch.accelerator, not the module's is_available(): torch_npu's
         # transfer_to_npu shim patches torch.cuda.is_available() to report True on an NPU
         # machine.
@@ -269,7 +269,7 @@ class AcceleratorKind(DeviceKind):
     def is_bf16_supported(self) -> bool:
         return bool(self.module.is_bf16_supported())
 
-    def memory_stats(self) -> Dict[str, int]:
+    def memory_stats(self) -> dict[str, int]:
         module = self.module
         return {
             "allocated": module.memory_allocated(),

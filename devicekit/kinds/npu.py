@@ -19,7 +19,7 @@ import os
 import platform
 import re
 import sys
-from typing import Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 import torch
 
@@ -34,7 +34,7 @@ JIT_COMPILE_ENV = "DEVICEKIT_NPU_JIT_COMPILE"
 BINARY_KERNEL_CHIPS = ("Ascend910B", "Ascend910_93")
 
 
-def torch_npu_version() -> Optional[str]:
+def torch_npu_version() -> str | None:
     """The installed torch-npu distribution's version, read without importing it, or None."""
     try:
         return importlib.metadata.version("torch-npu")
@@ -42,7 +42,7 @@ def torch_npu_version() -> Optional[str]:
         return None
 
 
-def cann_install(environ: Mapping[str, str]) -> Dict[str, Optional[str]]:
+def cann_install(environ: Mapping[str, str]) -> dict[str, str | None]:
     """The CANN toolkit's version and folder, read from its install files without importing
     torch_npu: {"version", "path", "found_by"} (all None when none is found). Looked for
     where set_env.sh points (ASCEND_TOOLKIT_HOME, ASCEND_HOME_PATH), then under the
@@ -74,7 +74,7 @@ def cann_install(environ: Mapping[str, str]) -> Dict[str, Optional[str]]:
     return {"version": None, "path": None, "found_by": None}
 
 
-def _info_value(path: str, key: str) -> Optional[str]:
+def _info_value(path: str, key: str) -> str | None:
     """The value of `key=value` in an Ascend .info file, or None (no file, no key)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -88,7 +88,7 @@ def _info_value(path: str, key: str) -> Optional[str]:
     return None
 
 
-def release(version: str) -> Optional[Tuple[int, int, int]]:
+def release(version: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) of a version string ("2.13.0+cpu", "2.13.0.post1"), or None."""
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
     return None if match is None else (int(match[1]), int(match[2]), int(match[3] or 0))
@@ -100,7 +100,7 @@ def torch_npu_matches(npu_version: str, torch_version: str) -> bool:
     return release(npu_version) is not None and release(npu_version) == release(torch_version)
 
 
-def jit_compile_override(environ: Mapping[str, str]) -> Optional[bool]:
+def jit_compile_override(environ: Mapping[str, str]) -> bool | None:
     """DEVICEKIT_NPU_JIT_COMPILE: True for "1" (kernels compiled on line), False for "0"
     (binary kernels), None when unset."""
     value = environ.get(JIT_COMPILE_ENV)

@@ -1,7 +1,7 @@
 """What the test of a branch asks: "is there (or is this) an accelerator?" Shared by the
 rules that port such tests and those that leave alone what runs only under them."""
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -66,7 +66,7 @@ def guarded_by_accelerator(port: "PortTransformer", node: cst.CSTNode) -> bool:
     return False
 
 
-def _guarded_body(port: "PortTransformer", node: cst.CSTNode) -> Optional[cst.CSTNode]:
+def _guarded_body(port: "PortTransformer", node: cst.CSTNode) -> cst.CSTNode | None:
     """The code that runs when the test `node` is (or is part of) holds: the body of its
     `if`, `while` or conditional expression; None when `node` is no such test."""
     child, parent = node, port.parent(node)

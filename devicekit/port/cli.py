@@ -14,8 +14,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
 from devicekit.errors import EXIT_USAGE, UsageError
 from devicekit.port.engine import ParseFailure, one_line, parse, port_parsed
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _python_files(root: Path) -> List[Path]:
+def _python_files(root: Path) -> list[Path]:
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(
@@ -91,7 +92,7 @@ def _special(path: Path) -> bool:
         return False  # a dangling link: reading it says why
 
 
-def collect(paths: Sequence[str]) -> List[Tuple[Path, Path]]:
+def collect(paths: Sequence[str]) -> list[tuple[Path, Path]]:
     """(file, the root it was found under) for every .py file the paths name."""
     found, seen = [], set()
     for text in paths:
@@ -119,7 +120,7 @@ def collect(paths: Sequence[str]) -> List[Tuple[Path, Path]]:
     return found
 
 
-def _read_all(files: List[Tuple[Path, Path]]):
+def _read_all(files: list[tuple[Path, Path]]):
     """[(file, root, original bytes, parsed module)] or BadInput for the first that fails."""
     parsed = []
     for file, root in files:
@@ -134,7 +135,7 @@ def _read_all(files: List[Tuple[Path, Path]]):
     return parsed
 
 
-def _destinations(files, out: Optional[str]) -> Dict[Path, Path]:
+def _destinations(files, out: str | None) -> dict[Path, Path]:
     """Where --out writes each file: DIR/<its path below the common root of the inputs>."""
     if out is None:
         return {}
@@ -155,7 +156,7 @@ def _destinations(files, out: Optional[str]) -> Dict[Path, Path]:
     return destinations
 
 
-def _write(path: Path, data: bytes, like: Optional[Path] = None) -> None:
+def _write(path: Path, data: bytes, like: Path | None = None) -> None:
     """Write `data` to `path` atomically (mode copied from `like`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -189,7 +190,7 @@ class _Ported(NamedTuple):
     report: FileReport
 
 
-def _exit_code(reports: List[FileReport], check: bool) -> int:
+def _exit_code(reports: list[FileReport], check: bool) -> int:
     """1 when something needs a hand (for --check: or would change), else 0."""
     return 1 if any(r.manual or (check and r.changes) for r in reports) else 0
 
@@ -222,7 +223,7 @@ def _writable(text: str, flag: str, folder: bool = False) -> Path:
     return path
 
 
-def _write_or_say(path: Path, data: bytes, like: Optional[Path] = None) -> None:
+def _write_or_say(path: Path, data: bytes, like: Path | None = None) -> None:
     """_write, or BadInput naming `path` (a folder made read-only meanwhile, a full disk)."""
     try:
         _write(path, data, like)
@@ -282,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     """`devicekit port` with `argv` (the arguments after "port"); the exit code."""
     args = _parser().parse_args(argv)
     try:

@@ -16,14 +16,13 @@ import re
 import tokenize
 import warnings
 from io import BytesIO
-from typing import List, Optional, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from devicekit.errors import UsageError
-from devicekit.port.facts import Facts
 from devicekit.port import npu_imports
+from devicekit.port.facts import Facts
 from devicekit.port.imports import add_devicekit, drop_unused, import_uses
 from devicekit.port.report import FileReport
 from devicekit.port.transformer import PortTransformer
@@ -77,7 +76,7 @@ def _one_newline(source: bytes) -> bytes:
     return _NEWLINE.sub(b"\n" if newline == b"\r" else newline, source)
 
 
-def _declared_encoding(source: bytes) -> Tuple[Optional[str], int]:
+def _declared_encoding(source: bytes) -> tuple[str | None, int]:
     """(the encoding a PEP 263 comment declares, its line), or (None, 1)."""
     lines = source.splitlines()[:2]
     for number, line in enumerate(lines, 1):
@@ -89,7 +88,7 @@ def _declared_encoding(source: bytes) -> Tuple[Optional[str], int]:
     return None, 1
 
 
-def _not_decodable(source: bytes) -> Optional[str]:
+def _not_decodable(source: bytes) -> str | None:
     """Why `source` cannot be read as text in its declared encoding (else UTF-8), on one
     line with the line of the problem; None when it can."""
     body, skipped = (source[3:], 3) if source.startswith(codecs.BOM_UTF8) else (source, 0)
@@ -255,7 +254,7 @@ def _with_source_lines(ported: bytes, source: bytes) -> bytes:
     def ending(line: bytes) -> bytes:
         return line[len(line.rstrip(b"\r\n")) :] or newline
 
-    out: List[bytes] = []
+    out: list[bytes] = []
     matcher = difflib.SequenceMatcher(
         None, [_key(line) for line in old], [_key(line) for line in new], autojunk=False
     )
@@ -268,7 +267,7 @@ def _with_source_lines(ported: bytes, source: bytes) -> bytes:
             endings = [newline] * (new_end - new_start)
         out += [
             line.rstrip(b"\r\n") + end if line.endswith(_LINE_END) else line
-            for line, end in zip(new[new_start:new_end], endings)
+            for line, end in zip(new[new_start:new_end], endings, strict=False)
         ]
     for i, line in enumerate(out[:-1]):
         if not line.endswith(_LINE_END):  # the file's last line, no longer last
@@ -276,7 +275,7 @@ def _with_source_lines(ported: bytes, source: bytes) -> bytes:
     return b"".join(out)
 
 
-def _dropped_tail(original: cst.Module, source: bytes) -> List[bytes]:
+def _dropped_tail(original: cst.Module, source: bytes) -> list[bytes]:
     """The blank and comment lines at the end of `source` that libcst's tree of it lost:
     it drops indented ones after the last top-level statement (`x = 1\\n  # note`)."""
     lines = source.splitlines(keepends=True)
@@ -294,7 +293,7 @@ def _dropped_tail(original: cst.Module, source: bytes) -> List[bytes]:
     return lost if all(_EMPTY_LINE.fullmatch(_key(line)) for line in lost) else []
 
 
-def render(module: cst.Module, source: bytes, original: Optional[cst.Module] = None) -> bytes:
+def render(module: cst.Module, source: bytes, original: cst.Module | None = None) -> bytes:
     """The bytes of `module`, the ported tree of `source` (parsed as `original`): each line
     that the port left as it was is `source`'s own line, byte for byte, where libcst would
     write it otherwise (a file of mixed line endings is parsed with one; libcst drops a form
@@ -308,7 +307,7 @@ def render(module: cst.Module, source: bytes, original: Optional[cst.Module] = N
     return _with_source_lines(ported, source)
 
 
-def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
+def port_module(module: cst.Module, path: str) -> tuple[cst.Module, FileReport]:
     """The ported module and what was changed, left alone and kept in it."""
     wrapper = MetadataWrapper(module)
     facts = Facts()
@@ -328,7 +327,7 @@ def port_module(module: cst.Module, path: str) -> Tuple[cst.Module, FileReport]:
     return add_devicekit(ported), report
 
 
-def port_parsed(module: cst.Module, source: bytes, path: str) -> Tuple[bytes, FileReport]:
+def port_parsed(module: cst.Module, source: bytes, path: str) -> tuple[bytes, FileReport]:
     """Port `module`, parsed from `source`; the new bytes (`source` itself when nothing
     changed). ParseFailure when the tree nests too deeply to be rewritten."""
     try:
@@ -340,7 +339,7 @@ def port_parsed(module: cst.Module, source: bytes, path: str) -> Tuple[bytes, Fi
         ) from None
 
 
-def port_source(source: bytes, path: str = "<source>") -> Tuple[bytes, FileReport]:
+def port_source(source: bytes, path: str = "<source>") -> tuple[bytes, FileReport]:
     """Port `source`; the new bytes (identical to `source` when nothing changed).
     ParseFailure, a UsageError whose one line starts with `path`, when it cannot be."""
     try:

@@ -19,7 +19,6 @@ name for a rank and for a device object is left alone rather than guessed at.
 """
 
 from collections import defaultdict
-from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import FunctionScope, QualifiedNameProvider, ScopeProvider
@@ -28,7 +27,7 @@ from devicekit.port import names
 from devicekit.port.nodes import ACCELERATOR_TYPES, bound_args, string_value
 
 
-def _target_name(node: cst.BaseExpression) -> Optional[str]:
+def _target_name(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
@@ -36,7 +35,7 @@ def _target_name(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-def _dest(call: cst.Call) -> Optional[str]:
+def _dest(call: cst.Call) -> str | None:
     """The attribute an argparse add_argument call stores into."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dest":
@@ -54,29 +53,29 @@ class Facts(cst.BatchableCSTVisitor):
 
     def __init__(self):
         super().__init__()
-        self.values: Dict[str, List[cst.BaseExpression]] = defaultdict(list)
-        self.kinds: Dict[str, Set[str]] = defaultdict(set)  # name -> {"device", "rank"}
-        self.rank_params: Set[str] = set()
-        self.spawn_counts: Set[int] = set()  # id() of device_count() calls sizing a spawn
-        self.flags: Set[str] = set()  # every option string given to add_argument
-        self._spawned: List[cst.Call] = []
-        self._functions: Dict[str, cst.FunctionDef] = {}
-        self._calls: List[cst.Call] = []  # calls of a plain name: maybe a function here
-        self._plain_functions: Dict[str, cst.FunctionDef] = {}
-        self._defined_twice: Set[str] = set()  # and method names: calls are not followed
+        self.values: dict[str, list[cst.BaseExpression]] = defaultdict(list)
+        self.kinds: dict[str, set[str]] = defaultdict(set)  # name -> {"device", "rank"}
+        self.rank_params: set[str] = set()
+        self.spawn_counts: set[int] = set()  # id() of device_count() calls sizing a spawn
+        self.flags: set[str] = set()  # every option string given to add_argument
+        self._spawned: list[cst.Call] = []
+        self._functions: dict[str, cst.FunctionDef] = {}
+        self._calls: list[cst.Call] = []  # calls of a plain name: maybe a function here
+        self._plain_functions: dict[str, cst.FunctionDef] = {}
+        self._defined_twice: set[str] = set()  # and method names: calls are not followed
         # id() of a Name that can only be a function's parameter -> (id(function), param)
-        self._parameter_of: Dict[int, Tuple[int, str]] = {}
-        self.rank_parameters: Set[Tuple[int, str]] = set()
-        self.compared_kinds: Set[str] = set()  # "cuda", "npu": what comparisons name
-        self._rank_calls: Set[int] = set()  # id() of calls that give a rank
+        self._parameter_of: dict[int, tuple[int, str]] = {}
+        self.rank_parameters: set[tuple[int, str]] = set()
+        self.compared_kinds: set[str] = set()  # "cuda", "npu": what comparisons name
+        self._rank_calls: set[int] = set()  # id() of calls that give a rank
 
-    def qualified(self, node: cst.CSTNode) -> Set[str]:
+    def qualified(self, node: cst.CSTNode) -> set[str]:
         """The qualified names `node` may refer to, with the CUDA twins of Ascend names."""
         return names.with_twins(
             {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         )
 
-    def _assigned(self, name: Optional[str], value: cst.BaseExpression) -> None:
+    def _assigned(self, name: str | None, value: cst.BaseExpression) -> None:
         if name:
             self.values[name].append(value)
             if self._is_device_object(value):
@@ -146,7 +145,7 @@ class Facts(cst.BatchableCSTVisitor):
     def _follow_ranks_through_calls(self) -> None:
         """Mark the parameters every call in this file passes a rank (or a parameter
         already marked), until nothing changes."""
-        passed: Dict[Tuple[int, str], List[cst.BaseExpression]] = defaultdict(list)
+        passed: dict[tuple[int, str], list[cst.BaseExpression]] = defaultdict(list)
         for call in self._calls:
             function = self._plain_functions.get(call.func.value)
             if function is None or call.func.value in self._defined_twice:

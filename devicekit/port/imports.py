@@ -3,8 +3,6 @@ torch (and torch_npu) submodule imports the rewrites left unused (`from torch.cu
 import autocast`) removed. `import torch` itself is never removed; torch_npu's side-effect
 imports are npu_imports.py's."""
 
-from typing import Dict, List, Set
-
 import libcst as cst
 from libcst.metadata import GlobalScope, MetadataWrapper, ScopeProvider
 
@@ -27,13 +25,13 @@ def _module_of(statement: cst.BaseSmallStatement) -> str:
     return ""
 
 
-def import_uses(module: cst.Module) -> Dict[str, int]:
+def import_uses(module: cst.Module) -> dict[str, int]:
     """{name bound by a top-level `from torch.X import ...`, `import torch.X as Y` or
     torch_npu import: how many times the module reads it}."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     scopes = wrapper.resolve(ScopeProvider)
     global_scope = next(s for s in scopes.values() if isinstance(s, GlobalScope))
-    uses: Dict[str, int] = {}
+    uses: dict[str, int] = {}
     for statement in _import_statements(wrapper.module):
         for alias in statement.names if not isinstance(statement.names, cst.ImportStar) else []:
             name = _bound_name(alias)
@@ -59,7 +57,7 @@ def _is_torch_submodule(statement, alias) -> bool:
     )
 
 
-def _import_statements(module: cst.Module) -> List[cst.BaseSmallStatement]:
+def _import_statements(module: cst.Module) -> list[cst.BaseSmallStatement]:
     return [
         small
         for line in module.body
@@ -70,7 +68,7 @@ def _import_statements(module: cst.Module) -> List[cst.BaseSmallStatement]:
 
 
 class _DropAliases(cst.CSTTransformer):
-    def __init__(self, unused: Set[str]):
+    def __init__(self, unused: set[str]):
         super().__init__()
         self.unused = unused
 
@@ -98,7 +96,7 @@ class _DropAliases(cst.CSTTransformer):
         return False
 
 
-def drop_unused(module: cst.Module, before: Dict[str, int]) -> cst.Module:
+def drop_unused(module: cst.Module, before: dict[str, int]) -> cst.Module:
     """`module` without the torch submodule imports that were read before porting
     (`before`, from import_uses) and are read no more."""
     after = import_uses(module)

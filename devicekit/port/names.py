@@ -7,10 +7,9 @@ gives torch.npu torch.cuda's API) is ported as its CUDA twin `torch.cuda.X` is.
 """
 
 import re
-from typing import Dict, Optional, Set, Tuple
 
 # torch.cuda.X -> devicekit.X, with the number of arguments devicekit's function takes.
-DEVICEKIT_FUNCTIONS: Dict[str, int] = {
+DEVICEKIT_FUNCTIONS: dict[str, int] = {
     "set_device": 1,
     "manual_seed": 1,
     "manual_seed_all": 1,
@@ -42,7 +41,7 @@ NPU_SETTINGS = {
 }
 
 
-def cuda_twin(qualified: str) -> Optional[str]:
+def cuda_twin(qualified: str) -> str | None:
     """The torch.cuda name an Ascend name stands for (`torch.npu.synchronize`,
     `torch_npu.npu.amp.autocast` -> `torch.cuda.synchronize`, `torch.cuda.amp.autocast`),
     else None."""
@@ -52,12 +51,12 @@ def cuda_twin(qualified: str) -> Optional[str]:
     return None
 
 
-def with_twins(qualified: Set[str]) -> Set[str]:
+def with_twins(qualified: set[str]) -> set[str]:
     """`qualified` and the CUDA twins of its Ascend names."""
     return qualified | {twin for twin in map(cuda_twin, qualified) if twin}
 
 
-def npu_setting(qualified: str) -> Optional[str]:
+def npu_setting(qualified: str) -> str | None:
     """ "set_compile_mode" for `torch.npu.set_compile_mode` (and the other NPU_SETTINGS,
     under torch.npu or torch_npu.npu), else None."""
     twin = cuda_twin(qualified)
@@ -282,7 +281,7 @@ _SDPA = (
     'switch them under `if devicekit.device_type() == "cuda":`',
 )
 
-MANUAL: Dict[str, Tuple[str, str]] = {
+MANUAL: dict[str, tuple[str, str]] = {
     "torch.backends.cuda.sdp_kernel": _SDPA,
     "torch.backends.cuda.enable_math_sdp": _SDPA,
     "torch.backends.cuda.enable_flash_sdp": _SDPA,
@@ -333,7 +332,7 @@ HARMLESS = {
 }
 
 
-def manual_reason(qualified: str) -> Optional[Tuple[str, str]]:
+def manual_reason(qualified: str) -> tuple[str, str] | None:
     """(why, fix) for a name devicekit port leaves alone, or None."""
     if _TENSOR_TYPE.match(qualified):
         return _TENSOR_TYPES
@@ -349,7 +348,7 @@ def manual_reason(qualified: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _npu_reason(qualified: str) -> Tuple[str, str]:
+def _npu_reason(qualified: str) -> tuple[str, str]:
     parts = qualified.split(".")
     if parts[0] == TORCH_NPU and len(parts) > 1 and parts[1].startswith("npu_"):
         return _NPU_OPS
@@ -379,7 +378,7 @@ def is_device_only(qualified: str) -> bool:
     )
 
 
-def harmless_note(qualified: str) -> Optional[str]:
+def harmless_note(qualified: str) -> str | None:
     """Why a kept torch.backends.* setting is harmless, or None."""
     if manual_reason(qualified) is not None:
         return None  # the SDPA switches act on every device

@@ -2,7 +2,7 @@
 accelerator device strings ("cuda", "npu:0", f"cuda:{i}", "npu:%d" % i,
 "cuda:{}".format(i)) and collective backend names ("nccl", "hccl")."""
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 import libcst.matchers as m
@@ -27,12 +27,12 @@ def devicekit_call(name: str, *args: cst.Arg) -> cst.Call:
     )
 
 
-def device_call(index: Optional[cst.BaseExpression]) -> cst.Call:
+def device_call(index: cst.BaseExpression | None) -> cst.Call:
     """`devicekit.device()` or `devicekit.device(index)`."""
     return devicekit_call("device", *([cst.Arg(index)] if index is not None else []))
 
 
-def device_str(index: Optional[cst.BaseExpression]) -> cst.BaseExpression:
+def device_str(index: cst.BaseExpression | None) -> cst.BaseExpression:
     """The string form of a device: `devicekit.device_type()` ("cuda" on a GPU) or
     `str(devicekit.device(i))` ("cuda:i" on a GPU)."""
     if index is None:
@@ -62,7 +62,7 @@ def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     )
 
 
-def _with_commas(args: List[cst.Arg]) -> List[cst.Arg]:
+def _with_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     return [arg.with_changes(comma=comma) for arg in args[:-1]] + args[-1:]
 
@@ -81,7 +81,7 @@ def bound_args(call: cst.Call, params: Sequence[str]) -> dict:
     return found
 
 
-def string_value(node: cst.CSTNode) -> Optional[str]:
+def string_value(node: cst.CSTNode) -> str | None:
     """The value of a plain string literal, else None."""
     if isinstance(node, cst.SimpleString) and "b" not in node.prefix.lower():
         value = node.evaluated_value

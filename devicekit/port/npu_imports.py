@@ -5,7 +5,7 @@ the NPU), wherever they are: at the top, under `if torch.__version__ >= "1.8":`,
 devicekit imports torch_npu itself where there is an NPU. One still needed stays, and is
 reported with what still needs it."""
 
-from typing import List, NamedTuple, Set, Tuple
+from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -45,7 +45,7 @@ def _imported(statement: cst.CSTNode, alias: cst.ImportAlias) -> str:
     return name
 
 
-def _aliases(statement: cst.CSTNode) -> List[cst.ImportAlias]:
+def _aliases(statement: cst.CSTNode) -> list[cst.ImportAlias]:
     names = getattr(statement, "names", ())
     return [] if isinstance(names, cst.ImportStar) else list(names)
 
@@ -55,7 +55,7 @@ class _Find(cst.CSTVisitor):
 
     def __init__(self):
         super().__init__()
-        self.found: List[SideEffectImport] = []
+        self.found: list[SideEffectImport] = []
 
     def _statement(self, node) -> None:
         for alias in _aliases(node):
@@ -70,7 +70,7 @@ class _Find(cst.CSTVisitor):
         self._statement(node)
 
 
-def side_effect_imports(module: cst.Module) -> List[SideEffectImport]:
+def side_effect_imports(module: cst.Module) -> list[SideEffectImport]:
     """The torch_npu side-effect imports of `module`, wherever they are."""
     finder = _Find()
     MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
@@ -83,7 +83,7 @@ class _Reads(cst.CSTVisitor):
 
     def __init__(self):
         super().__init__()
-        self.needed: Set[str] = set()
+        self.needed: set[str] = set()
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False
@@ -113,7 +113,7 @@ class _Reads(cst.CSTVisitor):
 class _Drop(cst.CSTTransformer):
     """Removes the side-effect imports of `drop`, and an `if` or `try` left empty by it."""
 
-    def __init__(self, drop: Set[str]):
+    def __init__(self, drop: set[str]):
         super().__init__()
         self.drop = drop
         self.emptied = 0
@@ -166,8 +166,8 @@ class _Drop(cst.CSTTransformer):
 
 
 def settle(
-    ported: cst.Module, found: List[SideEffectImport]
-) -> Tuple[cst.Module, List[Change], List[Manual]]:
+    ported: cst.Module, found: list[SideEffectImport]
+) -> tuple[cst.Module, list[Change], list[Manual]]:
     """`ported` without the side-effect imports nothing needs; the changes that says, and
     a manual item for each one kept because something still needs it."""
     if not found:

@@ -2,7 +2,6 @@
 
 import dataclasses
 from collections import Counter
-from typing import Dict, List, Optional
 
 
 @dataclasses.dataclass
@@ -14,7 +13,7 @@ class Change:
     rule: str
     before: str
     after: str
-    rules: List[str] = dataclasses.field(default_factory=list)
+    rules: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -41,10 +40,10 @@ class FileReport:
     """The outcome for one file."""
 
     path: str
-    changes: List[Change] = dataclasses.field(default_factory=list)
-    manual: List[Manual] = dataclasses.field(default_factory=list)
-    info: List[Info] = dataclasses.field(default_factory=list)
-    output: Optional[str] = None
+    changes: list[Change] = dataclasses.field(default_factory=list)
+    manual: list[Manual] = dataclasses.field(default_factory=list)
+    info: list[Info] = dataclasses.field(default_factory=list)
+    output: str | None = None
 
     def to_json(self) -> dict:
         """This file's entry in the JSON report."""
@@ -58,7 +57,7 @@ class FileReport:
         }
 
 
-def summary(files: List[FileReport]) -> Dict[str, object]:
+def summary(files: list[FileReport]) -> dict[str, object]:
     """Counts over every file: files, changed files, changes, manual and info items, and
     rewrites per rule (nested ones included)."""
     by_rule = Counter(rule for f in files for c in f.changes for rule in c.rules)
@@ -72,7 +71,7 @@ def summary(files: List[FileReport]) -> Dict[str, object]:
     }
 
 
-def to_json(files: List[FileReport], mode: str, exit_code: int) -> dict:
+def to_json(files: list[FileReport], mode: str, exit_code: int) -> dict:
     """The machine-readable report (`--report FILE.json`)."""
     counts = summary(files)
     counts["exit_code"] = exit_code
@@ -89,7 +88,7 @@ def _one_line(code: str) -> str:
     return " ".join(code.split())
 
 
-def human(files: List[FileReport], pending: bool) -> str:
+def human(files: list[FileReport], pending: bool) -> str:
     """The summary printed after the diff: manual items (file:line, construct, why, fix),
     kept constructs, then the counts. `pending` lists every change too (for --check)."""
     lines = []

@@ -13,12 +13,11 @@ the updated one, so nested rewrites compose: `torch.device("cuda" if
 torch.cuda.is_available() else "cpu")` ends as `devicekit.device()`.
 """
 
-from typing import Dict, List, Optional, Set, Tuple
-
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
+from devicekit.port import names
 from devicekit.port._plugins import (
     CALL_RULES,
     KEYWORD_RULES,
@@ -26,7 +25,6 @@ from devicekit.port._plugins import (
     REFERENCE_RULES,
     UNPORTED_CALL_RULES,
 )
-from devicekit.port import names
 from devicekit.port.facts import Facts
 from devicekit.port.nodes import (
     NOT_DEVICE,
@@ -56,18 +54,18 @@ class PortTransformer(cst.CSTTransformer):
         super().__init__()
         self.module, self.facts = module, facts
         # id(original node) -> (line, rule, before, after, id()s of its ancestors)
-        self._rewrites: Dict[int, Tuple[int, str, str, str, List[int]]] = {}
-        self._manual: Dict[Tuple[int, str], Manual] = {}
-        self._info: Dict[Tuple[int, str], Info] = {}
+        self._rewrites: dict[int, tuple[int, str, str, str, list[int]]] = {}
+        self._manual: dict[tuple[int, str], Manual] = {}
+        self._info: dict[tuple[int, str], Info] = {}
 
     # -- bookkeeping -----------------------------------------------------------------
 
-    def qualified(self, node: cst.CSTNode) -> Set[str]:
+    def qualified(self, node: cst.CSTNode) -> set[str]:
         """The qualified names `node` may refer to, with the CUDA twins of its Ascend names
         (`torch.npu.synchronize` also reads `torch.cuda.synchronize`: see names.py)."""
         return names.with_twins(self.written(node))
 
-    def written(self, node: cst.CSTNode) -> Set[str]:
+    def written(self, node: cst.CSTNode) -> set[str]:
         """The qualified names `node` may refer to, as written (no twins)."""
         return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
 
@@ -75,11 +73,11 @@ class PortTransformer(cst.CSTTransformer):
         """Whether `name` is only the CUDA twin of an Ascend name `node` refers to."""
         return name not in self.written(node)
 
-    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The node of the original tree that holds `node` (None for the module)."""
         return self.get_metadata(ParentNodeProvider, node, None)
 
-    def call_of(self, node: cst.CSTNode) -> Optional[cst.Call]:
+    def call_of(self, node: cst.CSTNode) -> cst.Call | None:
         """The call whose function `node` is, else None."""
         parent = self.parent(node)
         return parent if isinstance(parent, cst.Call) and parent.func is node else None
@@ -128,7 +126,7 @@ class PortTransformer(cst.CSTTransformer):
             ancestors,
         )
 
-    def report(self, original: cst.CSTNode, why_fix: Tuple[str, str]) -> None:
+    def report(self, original: cst.CSTNode, why_fix: tuple[str, str]) -> None:
         """Record `original`, left alone, as needing a change by hand (why, fix)."""
         construct = _short(self.module.code_for_node(original))
         line = self._line(original)
@@ -140,10 +138,10 @@ class PortTransformer(cst.CSTTransformer):
         line = self._line(original)
         self._info.setdefault((line, construct), Info(line, construct, note))
 
-    def changes(self) -> List[Change]:
+    def changes(self) -> list[Change]:
         """One Change per outermost rewritten node; nested rewrites add their rule ids."""
-        outer: Dict[int, Change] = {}
-        nested: List[Tuple[int, str]] = []
+        outer: dict[int, Change] = {}
+        nested: list[tuple[int, str]] = []
         for key, (line, rule, before, after, ancestors) in self._rewrites.items():
             rewritten = [a for a in ancestors if a in self._rewrites]
             if rewritten:
@@ -154,11 +152,11 @@ class PortTransformer(cst.CSTTransformer):
             outer[ancestor].rules.append(rule)
         return sorted(outer.values(), key=lambda c: c.line)
 
-    def manual(self) -> List[Manual]:
+    def manual(self) -> list[Manual]:
         """Constructs left alone that need a change by hand, by line."""
         return sorted(self._manual.values(), key=lambda item: item.line)
 
-    def info(self) -> List[Info]:
+    def info(self) -> list[Info]:
         """Constructs kept on purpose, by line."""
         return sorted(self._info.values(), key=lambda i: i.line)
 
@@ -170,7 +168,7 @@ class PortTransformer(cst.CSTTransformer):
         updated: cst.BaseExpression,
         want: str,
         allow_int: bool = False,
-    ) -> Optional[cst.BaseExpression]:
+    ) -> cst.BaseExpression | None:
         """The ported form of a value in a position that wants a "device" (torch.device),
         a "string" (a device or backend name) or a "backend"; None when nothing to port."""
         index = parse_device_string(updated)
@@ -200,7 +198,7 @@ class PortTransformer(cst.CSTTransformer):
         arg: cst.Arg,
         want: str,
         allow_int: bool = False,
-    ) -> Optional[cst.Call]:
+    ) -> cst.Call | None:
         """`updated` with argument `arg`'s value ported (see `value`); None when nothing
         to port."""
         position = next(i for i, a in enumerate(updated.args) if a is arg)
@@ -208,8 +206,8 @@ class PortTransformer(cst.CSTTransformer):
         return None if value is None else replace_arg_value(updated, arg, value)
 
     def keywords(
-        self, original: cst.Call, updated: cst.Call, qualified: Set[str], method: Optional[str]
-    ) -> Tuple[cst.Call, Optional[str]]:
+        self, original: cst.Call, updated: cst.Call, qualified: set[str], method: str | None
+    ) -> tuple[cst.Call, str | None]:
         """`updated` with the keyword arguments the keyword rules port (any call:
         DataLoader(pin_memory=True), torch.load(map_location=...), torch.zeros(...,
         device="cuda"), add_argument(default="nccl"), ...), and the rule of the first one
@@ -225,7 +223,7 @@ class PortTransformer(cst.CSTTransformer):
         return result, rule
 
     @staticmethod
-    def accelerator_only(call: cst.Call, args: Dict[str, Optional[cst.Arg]]) -> cst.Call:
+    def accelerator_only(call: cst.Call, args: dict[str, cst.Arg | None]) -> cst.Call:
         """`call` with each of `args` (if given and not None already) passed as
         `value if devicekit.is_available() else None`."""
         for arg in args.values():

@@ -14,7 +14,6 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
 
 from devicekit import simulate
 from devicekit.errors import EXIT_USAGE, UsageError
@@ -82,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 _TAKES_VALUE = ("--steps", "--json", "--torch-npu", "--ops")  # the rest are flags
 
 
-def _split(argv: List[str]):
+def _split(argv: list[str]):
     """(preflight's own arguments, the script's): everything after the script or after
     `-m MODULE` belongs to the script, as with `python -m cProfile`."""
     i = 0
@@ -175,7 +174,7 @@ def _check_module(name: str) -> None:
         )
 
 
-def _check_json(path: str, script: Optional[str]) -> None:
+def _check_json(path: str, script: str | None) -> None:
     """UsageError unless the report can be written at `path`."""
     if not path:
         raise UsageError("--json '': name a file for the report, such as report.json")
@@ -225,7 +224,7 @@ def _check_arguments(args):
         _check_json(args.json, args.script)
 
 
-def read_arguments(argv: List[str]) -> argparse.Namespace:
+def read_arguments(argv: list[str]) -> argparse.Namespace:
     """Preflight's own arguments from `argv`, every one checked, with the operator list
     (`operators`, `release`) read: UsageError (or SystemExit 2 from argparse, one line on
     stderr) for a bad one. The script is read and compiled, never run."""
@@ -257,7 +256,7 @@ def _in_order(check, recording, context):
     return sorted(found, key=lambda f: (-f.count, f.file, f.line))
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     """`devicekit preflight` with `argv` (the arguments after "preflight"); the exit code."""
     args = read_arguments(argv)
     ops, release = args.operators, args.release

@@ -10,8 +10,8 @@ CustomRegisterSchema.cpp template; Python calls them as ``torch.ops.npu.<name>``
 import functools
 import hashlib
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional, Union
 
 import yaml
 
@@ -24,7 +24,7 @@ SECTIONS = ("supported", "custom", "symint", "autograd", "quant")
 _TENSOR_OPTIONS = ("dtype", "layout", "device", "pin_memory")
 
 
-def _entry_name(entry: Union[str, dict]) -> str:
+def _entry_name(entry: str | dict) -> str:
     """An entry's ``name.overload``: a plain string, or a dict's ``func:`` up to its "("."""
     if isinstance(entry, str):
         return entry.strip()
@@ -54,13 +54,13 @@ def from_yaml(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def from_wheel(path: Union[str, Path]) -> frozenset[str]:
+def from_wheel(path: str | Path) -> frozenset[str]:
     """The operator names listed in the torch_npu wheel at `path` (see from_yaml)."""
     with zipfile.ZipFile(path) as wheel:
         return from_yaml(wheel.read(YAML_IN_WHEEL).decode("utf-8"))
 
 
-def write_data_file(wheel_path: Union[str, Path], out_path: Union[str, Path] = DATA_FILE) -> int:
+def write_data_file(wheel_path: str | Path, out_path: str | Path = DATA_FILE) -> int:
     """Write the sorted names of the wheel at `wheel_path` to `out_path`, one a line, after a
     header line naming their source and the wheel's sha256; return how many names."""
     wheel_path = Path(wheel_path)
@@ -80,12 +80,12 @@ def parse_data_file(text: str) -> frozenset[str]:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(path: Path) -> frozenset[str]:
     return parse_data_file(path.read_text())
 
 
-def load(path: Optional[Union[str, Path]] = None) -> frozenset[str]:
+def load(path: str | Path | None = None) -> frozenset[str]:
     """The names torch_npu 2.13.0 lists, from the data file shipped with devicekit (or
     `path`); read once per path."""
     return _load(Path(path) if path is not None else DATA_FILE)
@@ -100,8 +100,8 @@ def _signature(arguments: Iterable) -> list:
     return [(argument.name, str(argument.type), argument.kwarg_only) for argument in arguments]
 
 
-@functools.lru_cache(maxsize=None)
-def functional_name(name: str) -> Optional[str]:
+@functools.cache
+def functional_name(name: str) -> str | None:
     """The functional overload of the out= overload `name` (``"aten::add.out"`` ->
     ``"aten::add.Tensor"``), from torch's schemas: the overload of the same operator with no
     written-to argument whose arguments are those of `name` less its keyword-only written-to
@@ -138,7 +138,7 @@ def functional_name(name: str) -> Optional[str]:
     return None
 
 
-def is_listed(name: str, ops: Optional[frozenset[str]] = None) -> bool:
+def is_listed(name: str, ops: frozenset[str] | None = None) -> bool:
     """Whether the operator `name` (``"aten::add.out"``; ``.default`` allowed) is in `ops`
     (default: load()), itself or through its functional overload (see functional_name)."""
     ops = load() if ops is None else ops

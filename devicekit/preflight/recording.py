@@ -11,7 +11,6 @@ import dataclasses
 import os
 import sys
 import sysconfig
-from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.optim.optimizer as optimizer_module
@@ -34,7 +33,7 @@ _PARAMETER_CODE = tuple(
 STACK_DEPTH = 8
 SHAPES_KEPT = 12  # distinct shapes kept per line and operator
 
-Site = Tuple[str, int]  # (file, line)
+Site = tuple[str, int]  # (file, line)
 
 
 class StopRecording(BaseException):
@@ -47,8 +46,8 @@ class Calls:
     """How often something happened at one site, and the user's frames the first time."""
 
     count: int = 0
-    stack: Tuple[str, ...] = ()
-    steps: Set[int] = dataclasses.field(default_factory=set)
+    stack: tuple[str, ...] = ()
+    steps: set[int] = dataclasses.field(default_factory=set)
     detail: str = ""
 
 
@@ -57,16 +56,16 @@ class Recording:
     """Everything a run dispatched, keyed by (what, where)."""
 
     steps: int = 0
-    ops: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
-    float64: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
-    data_dependent: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
-    host_reads: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
-    autocast: Dict[Tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    ops: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    float64: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    data_dependent: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    host_reads: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    autocast: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     # (operator, site) -> step -> the input shapes seen in that step
-    shapes: Dict[Tuple[str, Site], Dict[int, Set[tuple]]] = dataclasses.field(
+    shapes: dict[tuple[str, Site], dict[int, set[tuple]]] = dataclasses.field(
         default_factory=lambda: collections.defaultdict(dict)
     )
-    files: Set[str] = dataclasses.field(default_factory=set)
+    files: set[str] = dataclasses.field(default_factory=set)
 
     def note(self, table, key, where: "Where", detail=""):
         calls = table.get(key)
@@ -77,7 +76,7 @@ class Recording:
         calls.steps.add(self.steps)
 
 
-_user_code: Dict[object, bool] = {}
+_user_code: dict[object, bool] = {}
 
 
 def _is_user(code) -> bool:
@@ -92,7 +91,7 @@ class Where:
     that works on parameters, optimizer state or gradient buckets on the way (`internal`),
     and the user's frames outwards, built only when a finding needs them."""
 
-    __slots__ = ("frame", "site", "internal")
+    __slots__ = ("frame", "internal", "site")
 
     def __init__(self, frame):
         internal = False
@@ -105,7 +104,7 @@ class Where:
             ("<unknown>", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
         )
 
-    def stack(self) -> Tuple[str, ...]:
+    def stack(self) -> tuple[str, ...]:
         """The user's frames as "file:line", innermost first (at most STACK_DEPTH)."""
         stack, frame = [], self.frame
         while frame is not None and len(stack) < STACK_DEPTH:
@@ -156,14 +155,14 @@ class Recorder(TorchDispatchMode):
 
     device_seen = False  # a tensor off the CPU was dispatched (the npu stand-in)
 
-    def __init__(self, recording: Recording, max_steps: Optional[int] = None):
+    def __init__(self, recording: Recording, max_steps: int | None = None):
         super().__init__()
         self.recording = recording
         self.max_steps = max_steps
-        self._autocast: List[Tuple[str, Where]] = []
+        self._autocast: list[tuple[str, Where]] = []
         self._computed = WeakIdKeyDictionary()  # tensors computed from parameters
         self._in_backward = 0
-        self._undo: List = []
+        self._undo: list = []
 
     # -- the operators ----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -1,14 +1,13 @@
 """The preflight report: JSON, and text grouped by kind, most costly first."""
 
 import os
-from typing import Dict, List
 
 from devicekit.preflight.checks import Finding
 
 SHOWN_PER_KIND = 12
 
 
-def to_json(findings: List[Finding], torch_npu: str, steps: int) -> Dict[str, object]:
+def to_json(findings: list[Finding], torch_npu: str, steps: int) -> dict[str, object]:
     return {
         "torch_npu": torch_npu,
         "steps": steps,
@@ -23,7 +22,7 @@ def _where(finding: Finding) -> str:
     return f"{path}:{finding.line}"
 
 
-def text(findings: List[Finding], checks, torch_npu: str, steps: int, outcome: str) -> str:
+def text(findings: list[Finding], checks, torch_npu: str, steps: int, outcome: str) -> str:
     kinds = [check for check in checks if any(f.kind == check.KIND for f in findings)]
     head = (
         f"devicekit preflight: {len(findings)} finding(s) in {len(kinds)} kind(s), checked "

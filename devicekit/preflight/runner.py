@@ -4,7 +4,6 @@ import os
 import runpy
 import sys
 import traceback
-from typing import List, Optional
 
 import torch.distributed as dist
 import torch.multiprocessing
@@ -19,7 +18,7 @@ class Outcome:
     raised it."""
 
     def __init__(
-        self, state: str, error: Optional[BaseException] = None, where: str = "", exit_code: int = 0
+        self, state: str, error: BaseException | None = None, where: str = "", exit_code: int = 0
     ):
         self.state, self.error, self.where, self.exit_code = state, error, where, exit_code
 
@@ -53,7 +52,7 @@ def _world_of_one():
 
 
 def run(
-    target: str, args: List[str], module: bool, recording: Recording, max_steps: Optional[int]
+    target: str, args: list[str], module: bool, recording: Recording, max_steps: int | None
 ) -> Outcome:
     """Run `target` (a script path, or a module name when `module`) with `args` as its
     sys.argv[1:], recording into `recording`."""

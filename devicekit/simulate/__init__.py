@@ -11,7 +11,7 @@ import importlib.util
 import os
 import re
 import sys
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from devicekit.errors import UsageError
 from devicekit.kinds.visible import parse_ascend
@@ -26,7 +26,7 @@ MAX_DEVICES = 64
 _active = False
 
 
-def requested(environ: Mapping[str, str]) -> Optional[str]:
+def requested(environ: Mapping[str, str]) -> str | None:
     """The device DEVICEKIT_SIMULATE asks for ("npu"), or None when it is unset or empty."""
     value = environ.get(SIMULATE_ENV, "").strip().lower()
     if not value:

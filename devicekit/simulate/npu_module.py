@@ -6,7 +6,6 @@ wait for, random numbers come from the CPU's generator, and the memory figures a
 """
 
 import collections
-from typing import List, Union
 
 import torch
 
@@ -121,11 +120,11 @@ def initial_seed():
     return torch.default_generator.initial_seed()
 
 
-def get_rng_state(device: Union[int, str, torch.device] = "npu") -> torch.Tensor:
+def get_rng_state(device: int | str | torch.device = "npu") -> torch.Tensor:
     return torch.default_generator.get_state()
 
 
-def set_rng_state(new_state: torch.Tensor, device: Union[int, str, torch.device] = "npu") -> None:
+def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "npu") -> None:
     torch.default_generator.set_state(new_state)
 
 
@@ -161,7 +160,7 @@ def memory_stats(device=None):
     )
 
 
-__all__: List[str] = [
+__all__: list[str] = [
     "current_device",
     "device",
     "device_count",

@@ -23,7 +23,8 @@ rewrite assignments), and `manual` last, since it reports what no rule before it
 """
 
 import importlib
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
@@ -31,16 +32,16 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 Rule = TypeVar("Rule", bound=Callable)
-CallMatcher = Callable[["PortTransformer", Set[str], Optional[str]], bool]
+CallMatcher = Callable[["PortTransformer", set[str], str | None], bool]
 
-LEAVE_RULES: Dict[Type[cst.CSTNode], List[Callable]] = {}
-CALL_RULES: List[Tuple[CallMatcher, Callable]] = []
-UNPORTED_CALL_RULES: List[Callable] = []
-KEYWORD_RULES: Dict[str, Tuple[str, Callable]] = {}
-REFERENCE_RULES: List[Callable] = []
+LEAVE_RULES: dict[type[cst.CSTNode], list[Callable]] = {}
+CALL_RULES: list[tuple[CallMatcher, Callable]] = []
+UNPORTED_CALL_RULES: list[Callable] = []
+KEYWORD_RULES: dict[str, tuple[str, Callable]] = {}
+REFERENCE_RULES: list[Callable] = []
 
 
-def leave(node_type: Type[cst.CSTNode]) -> Callable[[Rule], Rule]:
+def leave(node_type: type[cst.CSTNode]) -> Callable[[Rule], Rule]:
     """Register a rewrite of `node_type` nodes."""
 
     def register(rule: Rule) -> Rule:

@@ -20,7 +20,7 @@ ported). A comparison with a backend name (`backend == "nccl"`), an indexed devi
 be read from it alone.
 """
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -62,7 +62,7 @@ def _asks(value: cst.BaseExpression, negated: bool, like: cst.CSTNode) -> cst.Ba
 @leave(cst.Comparison)
 def comparison(
     port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
-) -> Optional[cst.BaseExpression]:
+) -> cst.BaseExpression | None:
     """ "cuda" in device -> devicekit.is_accelerator(device); device_type == "cuda" ->
     device_type == devicekit.accelerator_type()."""
     operands = [original.left] + [c.comparator for c in original.comparisons]
@@ -100,8 +100,8 @@ def comparison(
 
 @call(lambda port, qualified, method: method == "startswith")
 def startswith(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.BaseExpression]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.BaseExpression | None:
     """device.startswith("cuda") -> devicekit.is_accelerator(device)."""
     if (
         len(updated.args) != 1

@@ -11,7 +11,7 @@ was ported:
   the setup alone.
 """
 
-from typing import TYPE_CHECKING, List, Optional, Union
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -82,7 +82,7 @@ def _reports(small: cst.BaseSmallStatement) -> bool:
 @leave(cst.Assert)
 def assertion(
     port: "PortTransformer", original: cst.Assert, updated: cst.Assert
-) -> Optional[cst.RemovalSentinel]:
+) -> cst.RemovalSentinel | None:
     """assert torch.cuda.is_available(), "...": removed."""
     if not _demands_accelerator(port, original.test):
         return None
@@ -92,7 +92,7 @@ def assertion(
 @leave(cst.If)
 def if_statement(
     port: "PortTransformer", original: cst.If, updated: cst.If
-) -> Union[None, cst.RemovalSentinel, cst.Else, cst.FlattenSentinel[cst.BaseStatement]]:
+) -> cst.RemovalSentinel | cst.Else | cst.FlattenSentinel[cst.BaseStatement] | None:
     """if not torch.cuda.is_available(): exit: removed; an available-or-exit branch: its
     setup, unconditional."""
     test = original.test
@@ -116,7 +116,7 @@ def if_statement(
         return port.changed(
             original, _RULE, cst.Else(body=updated.body, leading_lines=updated.leading_lines)
         )
-    body: List[cst.BaseStatement] = (
+    body: list[cst.BaseStatement] = (
         list(updated.body.body)
         if isinstance(updated.body, cst.IndentedBlock)
         else [cst.SimpleStatementLine(body=updated.body.body)]

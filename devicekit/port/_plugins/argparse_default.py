@@ -2,7 +2,7 @@
 `default=devicekit.backend()`, and `default="cuda"` -> `default=devicekit.device_type()`:
 the option's default is the device's own, and still a string."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -18,9 +18,9 @@ def argparse_default(
     original: cst.Call,
     updated: cst.Call,
     arg: cst.Arg,
-    qualified: Set[str],
-    method: Optional[str],
-) -> Optional[cst.Call]:
+    qualified: set[str],
+    method: str | None,
+) -> cst.Call | None:
     """add_argument(..., default="nccl") -> add_argument(..., default=devicekit.backend())."""
     if method != "add_argument":
         return None

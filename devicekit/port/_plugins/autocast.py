@@ -3,7 +3,7 @@
 otherwise. `cache_enabled=` or arguments that cannot be read are reported for a manual
 change; an autocast for another device (`torch.autocast("cpu")`) is left alone."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: bool(qualified & (names.AUTOCAST | names.DEVICE_AUTOCAST)))
 def autocast(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """torch.cuda.amp.autocast(...), torch.autocast("cuda", ...) -> devicekit.autocast(
     enabled=..., dtype=...)."""
     params = names.AUTOCAST_PARAMS if qualified & names.AUTOCAST else names.DEVICE_AUTOCAST_PARAMS

@@ -2,7 +2,7 @@
 `new_group`, a user's own setup function) -> `backend=devicekit.backend()`, "nccl" on a
 GPU."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -18,8 +18,8 @@ def backend(
     original: cst.Call,
     updated: cst.Call,
     arg: cst.Arg,
-    qualified: Set[str],
-    method: Optional[str],
-) -> Optional[cst.Call]:
+    qualified: set[str],
+    method: str | None,
+) -> cst.Call | None:
     """backend="nccl" -> backend=devicekit.backend()."""
     return port.port_arg(original, updated, arg, "string")

@@ -5,7 +5,7 @@ machine; so the rewrites inside it are undone and the whole expression is one it
 (`torch.cuda.is_available() and torch.cuda.is_bf16_supported()` is ported whole: devicekit
 answers both.)"""
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -39,7 +39,7 @@ def _asks_a_property(port: "PortTransformer", call: cst.Call) -> bool:
 @leave(cst.BooleanOperation)
 def capability_question(
     port: "PortTransformer", original: cst.BooleanOperation, updated: cst.BooleanOperation
-) -> Optional[cst.BooleanOperation]:
+) -> cst.BooleanOperation | None:
     """is_available() and get_device_capability() >= (8, 0): left whole, reported."""
     if isinstance(port.parent(original), cst.BooleanOperation):
         return None  # the outermost one decides

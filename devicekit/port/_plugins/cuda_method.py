@@ -2,7 +2,7 @@
 Ascend's `x.npu()` & co. -> `x.to(devicekit.device(i), non_blocking=True)`. A
 `.cuda(*args)` whose arguments cannot be read is reported for a manual change."""
 
-from typing import TYPE_CHECKING, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     )
 )
 def cuda_method(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call:
     """x.cuda(), x.cuda(i), x.cuda(i, non_blocking=True) -> x.to(devicekit.device(i), ...)."""
     bound = bound_args(updated, ("device", "non_blocking", "memory_format"))

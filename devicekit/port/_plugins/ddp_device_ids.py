@@ -2,7 +2,7 @@
 keeps the same ids where there is an accelerator and passes none on a CPU (where DDP
 refuses them): `device_ids=[i] if devicekit.is_available() else None`."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: bool(qualified & names.DDP))
 def ddp_device_ids(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """DDP(model, device_ids=[i], output_device=i): the same ids where there is an
     accelerator, none on a CPU."""
     bound = bound_args(updated, names.DDP_PARAMS)

@@ -2,7 +2,7 @@
 `devicekit.destroy_process_group()`: the same, and it lets gloo's worker threads finish
 before the interpreter exits (else a finished CPU run can still abort at exit)."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: bool(qualified & names.DESTROY))
 def destroy_process_group(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """destroy_process_group() -> devicekit.destroy_process_group()."""
     if updated.args:
         return None

@@ -7,7 +7,7 @@
 - `torch.set_default_device("cuda")` -> `torch.set_default_device(devicekit.device())`.
 """
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -23,8 +23,8 @@ _DEVICE_METHODS = {"to", "new_zeros", "new_ones", "new_empty", "new_full", "new_
 
 @call(lambda port, qualified, method: bool(qualified & names.SET_DEFAULT_DEVICE))
 def first_arg_device(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """torch.set_default_device("cuda") -> torch.set_default_device(devicekit.device())."""
     if not updated.args or updated.args[0].keyword is not None:
         return None
@@ -38,9 +38,9 @@ def device_keyword(
     original: cst.Call,
     updated: cst.Call,
     arg: cst.Arg,
-    qualified: Set[str],
-    method: Optional[str],
-) -> Optional[cst.Call]:
+    qualified: set[str],
+    method: str | None,
+) -> cst.Call | None:
     """device="cuda" -> device=devicekit.device() (torch) or devicekit.device_type()."""
     torch_call = any(q.startswith("torch.") for q in qualified) or method in _DEVICE_METHODS
     return port.port_arg(

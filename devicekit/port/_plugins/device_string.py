@@ -9,7 +9,7 @@
   devicekit.device_type())`.
 """
 
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 @leave(cst.IfExp)
 def conditional(
     port: "PortTransformer", original: cst.IfExp, updated: cst.IfExp
-) -> Optional[cst.BaseExpression]:
+) -> cst.BaseExpression | None:
     """ "cuda" if torch.cuda.is_available() else "cpu" -> devicekit.device_type()."""
     body = port.value(original.body, updated.body, "string")
     orelse = port.value(original.orelse, updated.orelse, "string")
@@ -41,13 +41,13 @@ def conditional(
     )
 
 
-_Valued = Union[cst.Assign, cst.AnnAssign, cst.Return]
+_Valued = cst.Assign | cst.AnnAssign | cst.Return
 
 
 @leave(cst.Assign)
 @leave(cst.AnnAssign)
 @leave(cst.Return)
-def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> Optional[_Valued]:
+def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> _Valued | None:
     """device = "cuda" -> device = devicekit.device_type() (also annotated, or returned)."""
     if updated.value is None:
         return None
@@ -60,9 +60,7 @@ def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> Op
 
 
 @leave(cst.Param)
-def default(
-    port: "PortTransformer", original: cst.Param, updated: cst.Param
-) -> Optional[cst.Param]:
+def default(port: "PortTransformer", original: cst.Param, updated: cst.Param) -> cst.Param | None:
     """def run(device="cuda") -> def run(device=devicekit.device_type())."""
     if updated.default is None:
         return None

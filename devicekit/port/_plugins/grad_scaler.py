@@ -4,7 +4,7 @@ on a GPU or an NPU, as before. Arguments that cannot be read, and torch_npu's st
 scaling (`dynamic=False`), are reported for a manual change; a scaler for another device is
 left alone."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     )
 )
 def grad_scaler(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """torch.cuda.amp.GradScaler(...), torch.amp.GradScaler("cuda", ...) ->
     devicekit.GradScaler(enabled=True, ...)."""
     if qualified & names.NPU_GRAD_SCALER:

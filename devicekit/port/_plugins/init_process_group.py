@@ -3,7 +3,7 @@
 init_method are kept; a `device_id=` (which must be an accelerator) is passed only where
 there is one. Its keyword arguments are ported as for any call (see backend)."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: bool(qualified & names.INIT_PROCESS_GROUP))
 def init_process_group(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """init_process_group("nccl", device_id=d) -> init_process_group(devicekit.backend(),
     device_id=d if devicekit.is_available() else None)."""
     result = updated

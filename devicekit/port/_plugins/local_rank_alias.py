@@ -2,7 +2,7 @@
 "--local-rank" (and the other way round): torch.distributed.launch passes one, older docs
 the other. Its keyword arguments are ported as well (see argparse_default)."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: method == "add_argument")
 def local_rank_alias(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """parser.add_argument("--local_rank", ...) -> add_argument("--local_rank",
     "--local-rank", ...), unless the script defines both already."""
     flags = {string_value(a.value): a for a in updated.args if a.keyword is None}

@@ -1,10 +1,11 @@
 """Reported for a manual change, and left alone: what has no portable equivalent
 (names.MANUAL: CUDA events, streams and graphs, NVTX, device properties, nn.DataParallel,
 C++/CUDA extensions, apex, cupy, triton, pynvml, torch_npu's operators, optimizers and
-profiler, ...) and any torch.cuda or torch.npu name no other rule ports. Imports of the CUDA-only packages and their decorators (`@triton.jit`) are
-reported too. Each item says why and what to do instead."""
+profiler, ...) and any torch.cuda or torch.npu name no other rule ports. Imports of the
+CUDA-only packages and their decorators (`@triton.jit`) are reported too. Each item says
+why and what to do instead."""
 
-from typing import TYPE_CHECKING, Set, Union
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -50,7 +51,7 @@ _DEVICE_MODULES = ("torch.cuda.", "torch.npu.", "torch_npu.npu.")
 
 
 @unported_call
-def manual_call(port: "PortTransformer", original: cst.Call, qualified: Set[str]) -> None:
+def manual_call(port: "PortTransformer", original: cst.Call, qualified: set[str]) -> None:
     """`torch.nn.DataParallel(model)`, `torch.utils.cpp_extension.load(...)`,
     `torch_npu.npu_format_cast(...)`."""
     if m.matches(original.func, m.Attribute(value=m.Call())):
@@ -65,7 +66,7 @@ def manual_call(port: "PortTransformer", original: cst.Call, qualified: Set[str]
 @reference
 def device_module(
     port: "PortTransformer",
-    original: Union[cst.Name, cst.Attribute],
+    original: cst.Name | cst.Attribute,
     updated: cst.BaseExpression,
     name: str,
 ) -> None:

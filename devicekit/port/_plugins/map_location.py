@@ -7,7 +7,7 @@
   values say where to load them now (strings, as torch.load wants in a dict).
 """
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -30,9 +30,9 @@ def map_location(
     original: cst.Call,
     updated: cst.Call,
     arg: cst.Arg,
-    qualified: Set[str],
-    method: Optional[str],
-) -> Optional[cst.Call]:
+    qualified: set[str],
+    method: str | None,
+) -> cst.Call | None:
     """map_location="cuda:0" or a lambda that moves each storage -> devicekit.device(...)."""
     value = arg.value
     if isinstance(value, cst.Lambda) and value.params.params:
@@ -51,7 +51,7 @@ def map_location(
 @leave(cst.Dict)
 def map_location_dict(
     port: "PortTransformer", original: cst.Dict, updated: cst.Dict
-) -> Optional[cst.Dict]:
+) -> cst.Dict | None:
     """{"cuda:0": f"cuda:{rank}"} -> {"cuda:0": str(devicekit.device(rank))}."""
     pairs = [e for e in updated.elements if isinstance(e, cst.DictElement)]
     if (
@@ -64,6 +64,6 @@ def map_location_dict(
     for element in pairs:
         target = port.value(element.value, element.value, "string")
         elements.append(element if target is None else element.with_changes(value=target))
-    if all(a is b for a, b in zip(elements, pairs)):
+    if all(a is b for a, b in zip(elements, pairs, strict=False)):
         return None
     return port.changed(original, "map-location-dict", updated.with_changes(elements=elements))

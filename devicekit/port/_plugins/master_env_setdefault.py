@@ -2,7 +2,7 @@
 `os.environ.setdefault("MASTER_ADDR", "localhost")` (and MASTER_PORT): a launcher that
 sets the rendezvous address (torchrun) keeps it; the script's value remains the default."""
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-def _launcher_variable(port: "PortTransformer", node: cst.Assign) -> Optional[str]:
+def _launcher_variable(port: "PortTransformer", node: cst.Assign) -> str | None:
     """ "MASTER_ADDR"/"MASTER_PORT" for `os.environ[...] = value`, else None."""
     if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Subscript):
         return None
@@ -31,7 +31,7 @@ def _launcher_variable(port: "PortTransformer", node: cst.Assign) -> Optional[st
 @leave(cst.Assign)
 def master_env_setdefault(
     port: "PortTransformer", original: cst.Assign, updated: cst.Assign
-) -> Optional[cst.Expr]:
+) -> cst.Expr | None:
     """os.environ["MASTER_PORT"] = value -> os.environ.setdefault("MASTER_PORT", value)."""
     if _launcher_variable(port, original) is None:
         return None

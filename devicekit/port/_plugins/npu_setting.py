@@ -6,7 +6,7 @@ NPU as before (devicekit has imported torch_npu there), elsewhere not at all, wh
 torch.npu does not exist. Inside a larger expression it is reported for a manual change.
 """
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-def _target(small: cst.BaseSmallStatement) -> Optional[cst.BaseExpression]:
+def _target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:
     """What a one-statement setting names: the function called or the attribute set."""
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         return small.value.func
@@ -34,7 +34,7 @@ def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> 
     return isinstance(statement, cst.If) and m.matches(statement.test, DEVICE_TYPE_GUARD)
 
 
-def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> Optional[str]:
+def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> str | None:
     """ "set_compile_mode" & co. for a line that is one NPU setting, else None."""
     if len(line.body) != 1 or _target(line.body[0]) is None:
         return None
@@ -56,7 +56,7 @@ def is_guarded(port: "PortTransformer", node: cst.CSTNode) -> bool:
 @leave(cst.SimpleStatementLine)
 def npu_setting(
     port: "PortTransformer", original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
-) -> Optional[cst.If]:
+) -> cst.If | None:
     """torch.npu.set_compile_mode(jit_compile=False) -> the same, under
     `if devicekit.device_type() == "npu":`."""
     short = _setting(port, original)

@@ -2,7 +2,7 @@
 which every device raises. Spelled otherwise (imported under its own name, say), it is
 reported for a manual change (see manual)."""
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 @reference
 def out_of_memory_error(
     port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
-) -> Optional[cst.Attribute]:
+) -> cst.Attribute | None:
     """torch.cuda.OutOfMemoryError -> torch.OutOfMemoryError."""
     if name != names.OUT_OF_MEMORY or not m.matches(
         updated, m.Attribute(value=m.Attribute(value=m.Name("torch")))

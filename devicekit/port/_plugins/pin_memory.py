@@ -9,7 +9,7 @@
   it is left as it is: an accelerator is there.
 """
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     )
 )
 def pin_memory_method(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.BaseExpression]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.BaseExpression | None:
     """x.pin_memory() -> (x.pin_memory() if devicekit.pin_memory() else x)."""
     receiver = updated.func.value
     parent = port.parent(original)
@@ -64,9 +64,9 @@ def pin_memory_argument(
     original: cst.Call,
     updated: cst.Call,
     arg: cst.Arg,
-    qualified: Set[str],
-    method: Optional[str],
-) -> Optional[cst.Call]:
+    qualified: set[str],
+    method: str | None,
+) -> cst.Call | None:
     """pin_memory=True -> pin_memory=devicekit.pin_memory()."""
     if not m.matches(arg.value, m.Name("True")):
         return None
@@ -79,8 +79,8 @@ def pin_memory_device(
     original: cst.Call,
     updated: cst.Call,
     arg: cst.Arg,
-    qualified: Set[str],
-    method: Optional[str],
-) -> Optional[cst.Call]:
+    qualified: set[str],
+    method: str | None,
+) -> cst.Call | None:
     """pin_memory_device="npu" -> pin_memory_device=devicekit.device_type()."""
     return port.port_arg(original, updated, arg, "string")

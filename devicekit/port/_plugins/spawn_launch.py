@@ -3,7 +3,7 @@
 torchrun & co. `join=False`, `daemon=True` or another start method are reported for a
 manual change."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: bool(qualified & names.SPAWN))
 def spawn_launch(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """mp.spawn(fn, args=..., nprocs=n) -> devicekit.launch(fn, args=..., nprocs=n), without
     nprocs= where it was the device count (launch's default)."""
     bound = bound_args(updated, names.SPAWN_PARAMS)

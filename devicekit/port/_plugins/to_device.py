@@ -1,7 +1,7 @@
 """Rule `to-device`: `x.to("cuda")`, `x.to(f"cuda:{i}")`, `x.to(local_rank)`,
 `x.to(device="cuda")` -> `x.to(devicekit.device(...))`."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: method == "to")
 def to_device(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.Call]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.Call | None:
     """x.to("cuda"), x.to(f"cuda:{i}"), x.to(local_rank) -> x.to(devicekit.device(...))."""
     for position, arg in enumerate(updated.args):
         if (arg.keyword is None and position == 0) or (

@@ -6,7 +6,7 @@ does not take are reported for a manual change. A `torch.cuda.is_available()` th
 code for CUDA only (`if torch.cuda.is_available(): torch.cuda.get_device_capability()`)
 is kept: on an NPU it must stay false."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _PREFIX = "torch.cuda."
 
 
-def _is_torch_cuda_function(qualified: Set[str]) -> bool:
+def _is_torch_cuda_function(qualified: set[str]) -> bool:
     return any(
         q.startswith(_PREFIX) and q[len(_PREFIX) :] in names.DEVICEKIT_FUNCTIONS for q in qualified
     )
@@ -29,7 +29,7 @@ def _is_torch_cuda_function(qualified: Set[str]) -> bool:
 
 @call(lambda port, qualified, method: _is_torch_cuda_function(qualified))
 def torch_cuda_call(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call:
     """torch.cuda.synchronize() & co. -> devicekit.synchronize() (same arguments)."""
     short = next(q for q in qualified if q.startswith(_PREFIX))[len(_PREFIX) :]
@@ -63,7 +63,7 @@ def torch_cuda_call(
 @reference
 def torch_cuda_name(
     port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
-) -> Optional[cst.Attribute]:
+) -> cst.Attribute | None:
     """An uncalled torch.cuda.synchronize (a callback, say) -> devicekit.synchronize."""
     short = name[len(_PREFIX) :]
     if (

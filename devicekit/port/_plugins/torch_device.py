@@ -1,7 +1,7 @@
 """Rule `torch-device`: `torch.device("cuda")`, `torch.device("cuda", i)`,
 `torch.device(f"cuda:{i}")`, `torch.device(0)` -> `devicekit.device(...)`."""
 
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 @call(lambda port, qualified, method: bool(qualified & names.TORCH_DEVICE))
 def torch_device(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: Set[str]
-) -> Optional[cst.BaseExpression]:
+    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+) -> cst.BaseExpression | None:
     """torch.device("cuda"), torch.device("cuda", i), torch.device(f"cuda:{i}"),
     torch.device(local_rank) -> devicekit.device(...)."""
     bound = bound_args(updated, names.TORCH_DEVICE_PARAMS)

@@ -6,7 +6,7 @@ all_checks() lists them most costly first, the order the report keeps.
 """
 
 import dataclasses
-from typing import Callable, Dict, List, Tuple
+from collections.abc import Callable
 
 from devicekit.preflight.recording import Calls, Site
 
@@ -19,11 +19,11 @@ class Finding:
     op: str
     file: str
     line: int
-    stack: List[str]
+    stack: list[str]
     count: int
     detail: str
 
-    def to_json(self) -> Dict[str, object]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -33,12 +33,12 @@ class Context:
 
     npu_ops: frozenset
     torch_npu: str  # the release the list is of
-    scripts: List[str]  # the user's own files the run went through
+    scripts: list[str]  # the user's own files the run went through
 
 
 def from_table(
-    kind: str, table: Dict[Tuple[str, Site], Calls], detail: Callable[[str, Calls], str]
-) -> List[Finding]:
+    kind: str, table: dict[tuple[str, Site], Calls], detail: Callable[[str, Calls], str]
+) -> list[Finding]:
     """A finding per (what, where) entry of a recording's table."""
     return [
         Finding(kind, what, site[0], site[1], list(calls.stack), calls.count, detail(what, calls))

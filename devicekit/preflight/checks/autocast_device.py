@@ -2,8 +2,6 @@
 another (`torch.autocast("cuda")` around NPU or CPU tensors): it does nothing, and the
 step silently runs in float32."""
 
-from typing import List
-
 from devicekit.preflight.checks import Context, Finding, from_table
 
 KIND = "autocast-device"
@@ -18,5 +16,5 @@ def _detail(what, calls):
     )
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     return from_table(KIND, recording.autocast, _detail)

@@ -8,7 +8,6 @@ compute; operators of other namespaces (c10d collectives, user extensions) are n
 """
 
 import functools
-from typing import List
 
 import torch
 
@@ -24,7 +23,9 @@ ADVICE = (
 # What the CPU picks -> what an NPU receives in its place (the latter listed).
 CPU_ONLY = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (
+        "aten::scaled_dot_product_attention"
+    ),
     "aten::mkldnn_rnn_layer": "aten::lstm.input",
     "aten::mkldnn_rnn_layer_backward": "aten::lstm.input",
     "aten::_thnn_fused_lstm_cell": "aten::lstm.input",
@@ -68,7 +69,7 @@ def with_functional_twins(ops: frozenset) -> frozenset:
     return ops | frozenset(name for name in twins if name)
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     listed = with_functional_twins(context.npu_ops)
     out = []
     for (name, site), calls in recording.ops.items():

@@ -2,7 +2,6 @@
 or that need a change by hand."""
 
 from pathlib import Path
-from typing import List
 
 from devicekit.preflight.checks import Context, Finding
 
@@ -10,7 +9,7 @@ KIND = "cuda-only"
 ADVICE = "python -m devicekit port --write FILE rewrites these; the rest are listed by hand"
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     from devicekit.port.engine import ParseFailure, port_source
 
     out = []

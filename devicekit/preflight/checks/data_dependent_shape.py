@@ -2,8 +2,6 @@
 boolean-mask indexing, masked_select, unique): the device must finish and report the
 size to the host before anything after them can be compiled or launched."""
 
-from typing import List
-
 from devicekit.preflight.checks import Context, Finding, from_table
 
 KIND = "data-dependent-shape"
@@ -13,7 +11,7 @@ ADVICE = (
 )
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     return from_table(
         KIND,
         recording.data_dependent,

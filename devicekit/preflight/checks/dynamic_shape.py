@@ -1,8 +1,6 @@
 """`dynamic-shape`: a line whose operators see different shapes from one step to the next
 (a smaller last batch, a variable sequence length): the NPU compiles each new shape."""
 
-from typing import List
-
 from devicekit.preflight.checks import Context, Finding
 
 KIND = "dynamic-shape"
@@ -14,7 +12,7 @@ ADVICE = (
 SHOWN = 4  # shapes named in a finding's detail
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     by_site = {}
     for (name, site), per_step in recording.shapes.items():
         if not _new_shape_after_first(per_step):

@@ -1,8 +1,6 @@
 """`float64`: tensors created or computed on in double precision, which the NPU's compute
 cores do not run (torch_npu computes them slowly or casts them)."""
 
-from typing import List
-
 from devicekit.preflight.checks import Context, Finding, from_table
 
 KIND = "float64"
@@ -12,5 +10,5 @@ ADVICE = (
 )
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     return from_table(KIND, recording.float64, lambda op, calls: f"{op} on float64 tensors")

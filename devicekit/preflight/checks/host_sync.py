@@ -1,8 +1,6 @@
 """`host-sync`: reading a tensor's value on the host (`.item()`, `.tolist()`, printing a
 tensor) inside the step: on an NPU each read waits for all queued device work."""
 
-from typing import List
-
 from devicekit.preflight.checks import Context, Finding
 
 KIND = "host-sync"
@@ -12,7 +10,7 @@ ADVICE = (
 )
 
 
-def findings(recording, context: Context) -> List[Finding]:
+def findings(recording, context: Context) -> list[Finding]:
     steps = max(recording.steps, 1)
     out = []
     for (what, site), calls in recording.host_reads.items():

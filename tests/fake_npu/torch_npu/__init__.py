@@ -34,8 +34,8 @@ import types
 if os.environ.get("FAKE_NPU_IMPORT_ERROR"):
     raise ImportError(os.environ["FAKE_NPU_IMPORT_ERROR"])
 
-import torch  # noqa: E402
-import torch.distributed  # noqa: E402
+import torch
+import torch.distributed
 
 __version__ = "2.13.0"
 

@@ -21,7 +21,7 @@ import devicekit
 import models
 from trainer import data, loop, observe, state
 from trainer.batching import split_per_process
-from trainer.loaders import build_loaders
+from trainer.loaders import build_loaders, start_epoch
 from trainer.options import launch_options, parse_args
 
 
@@ -176,9 +176,10 @@ def build_model(
     # Batch norm trains on batch statistics, so rank 0's running statistics are needed only
     # for evaluation and checkpoints, and are broadcast once before each validation instead
     # of before every forward: the same weights, one collective less per step.
-    ddp_model = devicekit.wrap_ddp(model, broadcast_buffers=False)
+    ddp_model: torch.nn.Module = devicekit.wrap_ddp(model, broadcast_buffers=False)
     if args.compile:
-        ddp_model = torch.compile(ddp_model)
+        # torch.compile(module) returns an OptimizedModule, a Module; its stub says Callable.
+        ddp_model = torch.compile(ddp_model)  # type: ignore[assignment]
     return model, ddp_model
 
 
@@ -254,7 +255,7 @@ def run_epoch(
     epoch's start."""
     epoch = start.epoch
     started, lr = time.time(), setup.optimizer.param_groups[0]["lr"]
-    setup.train_loader.sampler.set_epoch(epoch, skip=start.step * setup.batch_size)
+    start_epoch(setup.train_loader, epoch, skip=start.step * setup.batch_size)
     trained = loop.train_one_epoch(
         setup.train_loader,
         setup.ddp_model,

@@ -1,13 +1,15 @@
 """The devicekit command line: `doctor`, `check`, `nproc`, `port` and `preflight`."""
 
+import argparse
 import sys
+from collections.abc import Sequence
 
 from devicekit import __version__, check, doctor, runtime
 from devicekit.environments import pop_local_rank
 from devicekit.errors import ArgumentParser, exit_on_usage_error
 
 
-def _parser():
+def _parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu."
     )
@@ -61,7 +63,7 @@ def _parser():
 
 
 @exit_on_usage_error
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` and run the command; returns its exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["port"]:
@@ -79,7 +81,7 @@ def main(argv=None):
     return {"doctor": doctor.main, "check": check.main, "nproc": _nproc}[args.command](args)
 
 
-def _nproc(args):
+def _nproc(args: argparse.Namespace) -> int:
     print(runtime.kind(args.device, source="--device").default_ranks_per_node())
     return 0
 

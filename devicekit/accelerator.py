@@ -85,7 +85,7 @@ def pin_memory() -> bool:
     return runtime.kind().pin_memory
 
 
-def set_device(device: int | str | torch.device):
+def set_device(device: int | str | torch.device) -> None:
     """Make a device of this node the current one: an index, "cuda:1", torch.device(...)
     as torch.cuda.set_device takes (no-op on a CPU, whatever it is given)."""
     kind = runtime.kind()
@@ -103,22 +103,22 @@ def current_device() -> int:
     return runtime.kind().current_device()
 
 
-def synchronize():
+def synchronize() -> None:
     """Wait until the current device has finished all queued work."""
     runtime.kind().synchronize()
 
 
-def manual_seed(seed: int):
+def manual_seed(seed: int) -> None:
     """Seed the random generator of the current device (on a CPU: the CPU's)."""
     runtime.kind().manual_seed(seed)
 
 
-def manual_seed_all(seed: int):
+def manual_seed_all(seed: int) -> None:
     """Seed the random generators of every device of this kind (on a CPU: the CPU's)."""
     runtime.kind().manual_seed_all(seed)
 
 
-def empty_cache():
+def empty_cache() -> None:
     """Release cached, unused device memory to the device (no-op on a CPU)."""
     runtime.kind().empty_cache()
 
@@ -143,6 +143,6 @@ def max_memory_reserved() -> int:
     return runtime.kind().memory("max_memory_reserved")
 
 
-def reset_peak_memory_stats():
+def reset_peak_memory_stats() -> None:
     """Start the max_memory_* figures afresh (no-op on a CPU)."""
     runtime.kind().reset_peak_memory_stats()

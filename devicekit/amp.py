@@ -1,6 +1,8 @@
 """Mixed precision on any device: autocast with the device's type and dtype, and a
 GradScaler that is always an object (a no-op where no loss scaling is needed)."""
 
+from typing import Any
+
 import torch
 
 from devicekit import runtime
@@ -45,7 +47,7 @@ def autocast(enabled: bool | None = None, dtype: DType = None) -> torch.autocast
 def GradScaler(
     enabled: bool | None = None,
     dtype: DType = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> torch.amp.GradScaler:
     """A torch.amp.GradScaler for this device that scales the loss only when mixed
     precision is on (`enabled`, default: the device's) in float16: bfloat16 and float32

@@ -6,11 +6,13 @@ and barrier results; rank 0 prints one summary. The exit code is non-zero on eve
 when any rank saw a wrong result.
 """
 
+import argparse
 import dataclasses
 import json
 import socket
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,7 +20,7 @@ import torch.distributed as dist
 import devicekit
 from devicekit import runtime
 from devicekit.distributed import timeout_seconds
-from devicekit.environments import LaunchOptions, launcher_of
+from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
 from devicekit.errors import UsageError
 
 EXIT_DISAGREE = 1
@@ -29,23 +31,24 @@ MIN_MESSAGE = 1024
 MAX_MESSAGE = 4 << 30
 
 
-def message_sizes(max_bytes):
+def message_sizes(max_bytes: int) -> list[int]:
     """Message sizes in bytes: 1 KiB, then x4 up to `max_bytes`."""
-    sizes, size = [], MIN_MESSAGE
+    sizes: list[int] = []
+    size = MIN_MESSAGE
     while size <= max_bytes:
         sizes.append(size)
         size *= 4
     return sizes
 
 
-def bus_bandwidth(nbytes, seconds, world_size):
+def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
     """(algbw, busbw) in GB/s for an all_reduce, as nccl-tests reports them:
     busbw = algbw * 2 (n - 1) / n, the traffic each link carries in a ring."""
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * 2 * (world_size - 1) / world_size
 
 
-def _verify(ctx, device):
+def _verify(ctx: LaunchContext, device: torch.device) -> dict[str, bool]:
     """Run each collective with known inputs; return {name: ok} for this rank."""
     world = ctx.world_size
     results = {}
@@ -72,7 +75,7 @@ def _verify(ctx, device):
     return results
 
 
-def _measure(ctx, device, max_bytes):
+def _measure(ctx: LaunchContext, device: torch.device, max_bytes: int) -> list[dict[str, float]]:
     """Time all_reduce over a range of sizes; the slowest rank's time counts."""
     rows = []
     for nbytes in message_sizes(max_bytes):
@@ -98,7 +101,7 @@ def _measure(ctx, device, max_bytes):
     return rows
 
 
-def run_rank(ctx, max_bytes=64 << 20, as_json=False):
+def run_rank(ctx: LaunchContext, max_bytes: int = 64 << 20, as_json: bool = False) -> bool:
     """The check as one rank of a joined group. Returns True when every rank saw every
     result right."""
     device = devicekit.device()
@@ -111,7 +114,7 @@ def run_rank(ctx, max_bytes=64 << 20, as_json=False):
         "ok": all(results.values()),
         "failed": sorted(name for name, ok in results.items() if not ok),
     }
-    everyone = [None] * ctx.world_size
+    everyone: list[Any] = [None] * ctx.world_size  # every rank's `mine`, once gathered
     dist.all_gather_object(everyone, mine)
     all_ok = all(entry["ok"] for entry in everyone)
     bandwidth = _measure(ctx, device, max_bytes) if all_ok else []
@@ -131,7 +134,7 @@ def run_rank(ctx, max_bytes=64 << 20, as_json=False):
     return all_ok
 
 
-def format_report(report):
+def format_report(report: dict[str, Any]) -> str:
     """The human-readable summary rank 0 prints."""
     verdict = "OK" if report["ok"] else "FAILED"
     lines = [
@@ -156,7 +159,7 @@ def format_report(report):
     return "\n".join(lines)
 
 
-def _human_bytes(nbytes):
+def _human_bytes(nbytes: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if nbytes < 1024 or unit == "GiB":
             return f"{nbytes:g} {unit}"
@@ -164,7 +167,7 @@ def _human_bytes(nbytes):
     return str(nbytes)
 
 
-def _rank_main(local_rank, args):
+def _rank_main(local_rank: int, args: argparse.Namespace) -> None:
     ctx = devicekit.init_distributed(
         args.dist_backend,
         timeout=args.dist_timeout,
@@ -179,7 +182,7 @@ def _rank_main(local_rank, args):
         sys.exit(EXIT_DISAGREE)
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     """Entry point for `devicekit check` with parsed `args`; returns the exit code."""
     options = LaunchOptions(
         local_rank=args.local_rank,

@@ -14,7 +14,8 @@ import pickle
 import shutil
 import tempfile
 import warnings
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 
@@ -25,15 +26,17 @@ from devicekit.errors import UsageError
 
 PREFIX = "module."
 
+_V = TypeVar("_V")
 
-def strip_prefix(state_dict, prefix=PREFIX):
+
+def strip_prefix(state_dict: Mapping[Any, _V], prefix: str = PREFIX) -> dict[Any, _V]:
     """The state_dict without DDP's `module.` prefix on every key (if all keys carry it)."""
     if state_dict and all(isinstance(key, str) and key.startswith(prefix) for key in state_dict):
         return {key[len(prefix) :]: value for key, value in state_dict.items()}
     return dict(state_dict)
 
 
-def portable(obj):
+def portable(obj: Any) -> Any:
     """`obj` as a checkpoint holds it: modules unwrapped (DDP, DataParallel,
     torch.compile) and replaced by their state_dict, other objects with a state_dict()
     (optimizers, schedulers, GradScalers) by theirs, and `module.` prefixes stripped
@@ -49,7 +52,7 @@ def portable(obj):
     return obj
 
 
-def save_checkpoint(path: str | os.PathLike, obj: Any):
+def save_checkpoint(path: str | os.PathLike[str], obj: Any) -> None:
     """Write `obj` to `path` from rank 0 (other ranks return at once), atomically: the
     file is always the old or the new checkpoint, never half of one.
 
@@ -63,7 +66,7 @@ def save_checkpoint(path: str | os.PathLike, obj: Any):
         save_atomic(portable(obj), os.fspath(path))
 
 
-def on_cpu(obj, _copies=None):
+def on_cpu(obj: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
     """`obj` with every tensor copied to the CPU (a tensor met twice, such as tied weights,
     stays one tensor), so that plain torch.load opens the file on a machine without the
     device it was written on."""
@@ -79,7 +82,9 @@ def on_cpu(obj, _copies=None):
     return obj
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None = None) -> Any:
+def load_checkpoint(
+    path: str | os.PathLike[str], map_location: str | torch.device | None = None
+) -> Any:
     """Load a checkpoint with weights_only=True (a file that would run code is refused)
     onto `map_location` (default: this rank's device), with `module.` prefixes stripped.
     A missing, truncated or unsafe file raises UsageError saying which and why."""
@@ -87,7 +92,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
     return portable(load(os.fspath(path), "checkpoint", map_location=location))
 
 
-def _fsync_dir(path):
+def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -95,20 +100,20 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def save_atomic(obj, path):
+def save_atomic(obj: Any, path: str) -> None:
     """torch.save `obj`, its tensors on the CPU, to `path` so that `path` is always either
     the old or the new file."""
     obj = on_cpu(obj)
     _write_atomic(path, lambda handle: torch.save(obj, handle))
 
 
-def copy_atomic(source, path):
+def copy_atomic(source: str, path: str) -> None:
     """Copy the file `source` to `path` with the same guarantee as save_atomic."""
     with open(source, "rb") as src:
         _write_atomic(path, lambda handle: shutil.copyfileobj(src, handle))
 
 
-def _write_atomic(path, write):
+def _write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     prefix = f".{os.path.basename(path)}."
@@ -132,13 +137,13 @@ def _write_atomic(path, write):
                 os.unlink(os.path.join(directory, name))
 
 
-def _umask():
+def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def _weights_only_reason(text):
+def _weights_only_reason(text: str) -> str:
     """The specific reason in torch's multi-line "Weights only load failed" message."""
     marker = "WeightsUnpickler error:"
     if marker in text:
@@ -149,13 +154,13 @@ def _weights_only_reason(text):
     return _first_sentence(reason)
 
 
-def _first_sentence(text):
+def _first_sentence(text: str) -> str:
     """The first sentence of an error message, without its full stop, at most 200 chars."""
     sentence = text.strip().splitlines()[0].split(". ")[0].rstrip(".") if text.strip() else ""
     return sentence if len(sentence) <= 200 else sentence[:197] + "..."
 
 
-def load(path, what="checkpoint", map_location="cpu"):
+def load(path: str, what: str = "checkpoint", map_location: str | torch.device = "cpu") -> Any:
     """Load a checkpoint (onto the CPU unless `map_location` says otherwise) with
     weights_only=True; user-facing errors as UsageError naming it as `what`."""
     if not os.path.isfile(path):
@@ -204,7 +209,7 @@ def load(path, what="checkpoint", map_location="cpu"):
         ) from None
 
 
-def load_state_dict_into(model, state_dict, source):
+def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str) -> None:
     """Load `state_dict` (prefix stripped) into `model`; a mismatch is a UsageError."""
     if not isinstance(state_dict, dict):
         raise UsageError(

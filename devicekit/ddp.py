@@ -2,6 +2,7 @@
 training loop needs whether or not its model is wrapped."""
 
 import contextlib
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -10,7 +11,7 @@ from devicekit import runtime
 from devicekit.errors import UsageError
 
 
-def broadcast_buffers(module, src=0):
+def broadcast_buffers(module: torch.nn.Module, src: int = 0) -> None:
     """Copy rank `src`'s buffers (batch-norm statistics) to every rank, so all ranks
     evaluate the model that rank 0 checkpoints."""
     if not dist.is_initialized():
@@ -25,7 +26,9 @@ _DDP_ACCEPTS_FORWARD_SYNC = (
 )
 
 
-def wrap_ddp(model: torch.nn.Module, **ddp_kwargs) -> torch.nn.parallel.DistributedDataParallel:
+def wrap_ddp(
+    model: torch.nn.Module, **ddp_kwargs: Any
+) -> torch.nn.parallel.DistributedDataParallel:
     """`model` in DistributedDataParallel with the device_ids its kind wants (accelerators:
     this rank's device; CPU: none), at every world size (1 included).
 
@@ -58,11 +61,14 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             return model
 
 
-def no_sync(model: torch.nn.Module, enabled: bool = True):
+def no_sync(
+    model: torch.nn.Module, enabled: bool = True
+) -> contextlib.AbstractContextManager[None]:
     """A context in which `model`'s backward passes skip the gradient all-reduce (gradient
     accumulation): DDP's `no_sync()` when `enabled` and the model has one, else nothing."""
     if enabled:
         inner = getattr(model, "no_sync", None)
         if inner is not None:
-            return inner()
+            context: contextlib.AbstractContextManager[None] = inner()
+            return context
     return contextlib.nullcontext()

@@ -11,7 +11,7 @@ from devicekit.kinds.base import DeviceKind
 ENV_VAR = "DEVICEKIT_DEVICE"
 
 
-def _label(source, choice):
+def _label(source: str, choice: str | None) -> str:
     """How the choice reads where it was made: `--device npu`, `device_type='npu'`."""
     if source.startswith("--"):
         return f"{source} {choice}" if str(choice).isidentifier() else f"{source} {choice!r}"

@@ -10,18 +10,20 @@ import datetime
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
 from devicekit import kinds, rendezvous, runtime
 from devicekit.environments import LaunchContext, LaunchOptions
 from devicekit.errors import UsageError, warn
+from devicekit.kinds.base import DeviceKind
 from devicekit.network import interface_towards
 
 DEFAULT_TIMEOUT_S = 300.0
 _WORKER_DRAIN_S = 0.05  # see destroy_process_group
 
 
-def resolve_backend(kind, requested=None, name="backend"):
+def resolve_backend(kind: DeviceKind, requested: str | None = None, name: str = "backend") -> str:
     """The backend to use on `kind`; a contradicting request is mapped with one warning."""
     if requested in (None, "", "auto"):
         return kind.backend
@@ -35,7 +37,7 @@ def resolve_backend(kind, requested=None, name="backend"):
     return backend
 
 
-def timeout_seconds(timeout, name="timeout"):
+def timeout_seconds(timeout: float | datetime.timedelta | None, name: str = "timeout") -> float:
     """The process-group timeout in seconds: `timeout` (seconds or a timedelta), or the
     default (300 s) when None. `name` is how the caller calls it in the error."""
     if timeout is None:
@@ -98,7 +100,7 @@ def init_distributed(
     return ctx
 
 
-def _adopt_existing_group(kind):
+def _adopt_existing_group(kind: DeviceKind) -> LaunchContext:
     """The context of a group the script (or an earlier call) already joined."""
     if runtime.has_context():
         return runtime.context()
@@ -113,7 +115,9 @@ def _adopt_existing_group(kind):
     return ctx
 
 
-def _join(ctx, kind, backend, timeout_s, timeout_label):
+def _join(
+    ctx: LaunchContext, kind: DeviceKind, backend: str, timeout_s: float, timeout_label: str
+) -> None:
     """Join the group `ctx` describes; setup failures users cause raise UsageError."""
     timeout = datetime.timedelta(seconds=timeout_s)
     # A script that never leaves the group leaves at exit, while Python still runs (see
@@ -132,6 +136,7 @@ def _join(ctx, kind, backend, timeout_s, timeout_label):
         if interface:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
     try:
+        store: dist.Store | None
         if ctx.launcher_store and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             store = rendezvous.agent_store(ctx, timeout_s, timeout_label)
         elif ctx.launcher_store:
@@ -155,7 +160,7 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def destroy_process_group():
+def destroy_process_group() -> None:
     """Leave the process group if this process joined one (safe to call on every exit path)."""
     if is_initialized():
         dist.destroy_process_group()
@@ -204,13 +209,13 @@ def is_main_process() -> bool:
 # -- collectives and DDP ----------------------------------------------------------------
 
 
-def barrier():
+def barrier() -> None:
     """Wait for every rank (no-op without a process group)."""
     if is_initialized():
         dist.barrier()
 
 
-def all_reduce_sum(tensor):
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum `tensor` over all ranks in place (no-op without a process group); returns it."""
     if is_initialized():
         dist.all_reduce(tensor)

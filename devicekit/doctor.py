@@ -2,9 +2,12 @@
 the next command to run -- the facts a bug report needs. It never fails on a missing or
 malformed variable: such a variable is reported as a problem."""
 
+import argparse
 import json
 import os
 import platform
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -12,7 +15,14 @@ from devicekit import __version__, environments, kinds
 from devicekit.detect import ENV_VAR, resolve_kind
 from devicekit.environments import LaunchOptions, resolve_launch
 from devicekit.errors import UsageError
-from devicekit.kinds.npu import CANN_SET_ENV, cann_install, torch_npu_matches, torch_npu_version
+from devicekit.kinds.base import DeviceKind
+from devicekit.kinds.npu import (
+    CANN_SET_ENV,
+    NpuKind,
+    cann_install,
+    torch_npu_matches,
+    torch_npu_version,
+)
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
 HCCL_VARS = (
@@ -30,8 +40,9 @@ SHM_WARN_BYTES = 1 << 30
 NO_LAUNCHER = "none (single process, or spawn)"
 
 
-def _npu_status():
+def _npu_status() -> dict[str, str | bool | None]:
     npu = kinds.get("npu")
+    assert isinstance(npu, NpuKind)  # register_kind() refuses another class named "npu"
     version = torch_npu_version()
     matches = None if version is None else torch_npu_matches(version, torch.__version__)
     if version is None and npu.is_registered():
@@ -54,13 +65,13 @@ def _npu_status():
     return {"state": state, "version": version, "matches_torch": matches, "detail": reason}
 
 
-def _visible_devices():
+def _visible_devices() -> dict[str, dict[str, str | Sequence[int | str] | None]]:
     report = {}
     for kind in (kinds.get(name) for name in kinds.names()):
         var = kind.visible_devices_env
         if var is None:
             continue
-        entry = {"value": os.environ.get(var)}
+        entry: dict[str, str | Sequence[int | str] | None] = {"value": os.environ.get(var)}
         try:
             entry["parsed"] = kind.visible_devices(os.environ)
         except UsageError as error:
@@ -82,7 +93,7 @@ def _human_bytes(count: int) -> str:
     return f"{count / (1 << 30):.1f} GiB" if count >= 1 << 30 else f"{count / (1 << 20):.0f} MiB"
 
 
-def _next_command(kind, count, launcher):
+def _next_command(kind: DeviceKind, count: int, launcher: str | None) -> str:
     if launcher is not None:
         return "python -m devicekit check   (under the same launcher, in every rank)"
     if kind.is_accelerator and count > 1:
@@ -92,7 +103,7 @@ def _next_command(kind, count, launcher):
     return "python -m devicekit check --nproc-per-node 2"
 
 
-def _warnings(info):
+def _warnings(info: dict[str, Any]) -> list[str]:
     found = []
     npu = info["torch_npu"]
     if npu["matches_torch"] is False:
@@ -113,12 +124,12 @@ def _warnings(info):
     return found
 
 
-def gather(requested=None):
+def gather(requested: str | None = None) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
-    problems = []
+    problems: list[str] = []
     environment = environments.detect(LaunchOptions())
     launcher = environment.name if environment.started_by_launcher else None
-    info = {
+    info: dict[str, Any] = {
         "devicekit": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -156,7 +167,7 @@ def gather(requested=None):
     return info
 
 
-def format_report(info):
+def format_report(info: dict[str, Any]) -> str:
     """The human-readable doctor report."""
     npu = info["torch_npu"]
     npu_line = npu["state"] + (f" ({npu['version']})" if npu["version"] else "")
@@ -204,7 +215,7 @@ def format_report(info):
     return "\n".join(lines)
 
 
-def main(args):
+def main(args: argparse.Namespace) -> int:
     """Entry point for `devicekit doctor`; exit code 2 when a problem blocks running."""
     info = gather(args.device)
     print(json.dumps(info, indent=2) if args.json else format_report(info), flush=True)

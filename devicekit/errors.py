@@ -10,8 +10,14 @@ a UsageError that escapes a user's own script. Internal bugs keep their tracebac
 import argparse
 import functools
 import sys
+from collections.abc import Callable
+from types import TracebackType
+from typing import NoReturn, ParamSpec, TypeVar
 
 EXIT_USAGE = 2
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class UsageError(Exception):
@@ -33,16 +39,16 @@ def one_line(text: str) -> str:
     )
 
 
-def warn(message):
+def warn(message: str) -> None:
     """Print a one-line devicekit warning on stderr."""
     print(f"devicekit: warning: {message}", file=sys.stderr, flush=True)
 
 
-def exit_on_usage_error(func):
+def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorate a command-line entry point: a UsageError becomes one line and exit code 2."""
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return func(*args, **kwargs)
         except UsageError as error:
@@ -59,7 +65,9 @@ def report_usage_errors() -> None:
     that was installed before."""
     previous = sys.excepthook
 
-    def hook(kind, error, traceback):
+    def hook(
+        kind: type[BaseException], error: BaseException, traceback: TracebackType | None
+    ) -> None:
         if issubclass(kind, UsageError):
             print(f"error: {error}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_USAGE)  # Python exits with the code a hook raises
@@ -73,7 +81,7 @@ class ArgumentParser(argparse.ArgumentParser):
     argument) is one line on stderr and exit code 2, like a UsageError; argparse itself
     prints its usage block first. Subcommand parsers inherit the class."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         command = f"python {self.prog}" if self.prog.endswith(".py") else self.prog
         print(f"error: {one_line(message)} (see: {command} --help)", file=sys.stderr, flush=True)
         sys.exit(EXIT_USAGE)

@@ -13,14 +13,15 @@ import struct
 _SIOCGIFADDR = 0x8915
 
 
-def local_address_towards(host, port):
+def local_address_towards(host: str, port: int) -> str:
     """The local IPv4 address the kernel would use to reach `host` (no packet is sent)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((socket.gethostbyname(host), port))
-        return sock.getsockname()[0]
+        address: str = sock.getsockname()[0]  # (host, port) for AF_INET
+        return address
 
 
-def interface_with_address(address):
+def interface_with_address(address: str) -> str | None:
     """The name of the interface that holds IPv4 `address`, or None."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _, name in socket.if_nameindex():
@@ -35,7 +36,7 @@ def interface_with_address(address):
     return None
 
 
-def interface_towards(host, port):
+def interface_towards(host: str, port: int) -> str | None:
     """The non-loopback interface that reaches `host`, or None when it is local-only."""
     try:
         address = local_address_towards(host, port)

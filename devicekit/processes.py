@@ -17,6 +17,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any, NoReturn, TypeVar
 
 import torch.multiprocessing as mp
 
@@ -24,12 +27,15 @@ from devicekit import runtime
 from devicekit.distributed import destroy_process_group
 from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
 from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error
+from devicekit.kinds.base import DeviceKind
 
 NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
 STOP_GRACE_S = 10.0  # a rank that ignores SIGTERM this long is killed
 _PR_SET_PDEATHSIG = 1
 LAUNCHER_PID_ENV = "DEVICEKIT_LAUNCHER_PID"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_R = TypeVar("_R")
 
 
 class RankFailed(SystemExit):
@@ -40,23 +46,23 @@ class RankFailed(SystemExit):
     failed first, `how` says how.
     """
 
-    def __init__(self, rank: int, exit_code: int, how: str):
+    def __init__(self, rank: int, exit_code: int, how: str) -> None:
         super().__init__(exit_code)
         self.rank, self.exit_code, self.how = rank, exit_code, how
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"local rank {self.rank} {self.how}; the other ranks were stopped"
 
 
 @exit_on_usage_error
 def launch(
-    fn: Callable,
-    args: Sequence = (),
+    fn: Callable[..., _R],
+    args: Sequence[Any] = (),
     nprocs: int | None = None,
     *,
     device_type: str | None = None,
     options: LaunchOptions | None = None,
-):
+) -> _R | None:
     """Run `fn(local_rank, *args)` once per rank of this node.
 
     When a launcher started this process, `fn` runs once, here. Otherwise `nprocs` ranks
@@ -93,7 +99,7 @@ def nprocs_per_node(nprocs: int | None = None, *, options: LaunchOptions | None 
     return len(options.device_list) if options.device_list else _nprocs(nprocs, options)
 
 
-def _runs_here(nprocs, options):
+def _runs_here(nprocs: int | None, options: LaunchOptions) -> bool:
     """Whether launch() calls the function in this process instead of starting ranks."""
     if launcher_of(runtime.launcher_environ()) is not None:
         return True
@@ -102,7 +108,7 @@ def _runs_here(nprocs, options):
     return not options.multiprocessing_distributed and _nprocs(nprocs, options) == 1
 
 
-def _nprocs(nprocs, options):
+def _nprocs(nprocs: int | str | None, options: LaunchOptions) -> int:
     if nprocs is not None:
         name = "--nproc-per-node" if options.cli else "nprocs"
     elif options.nproc_per_node is not None:
@@ -126,7 +132,7 @@ def _nprocs(nprocs, options):
     return value
 
 
-def _run_here(fn, args, ctx):
+def _run_here(fn: Callable[..., _R], args: Sequence[Any], ctx: LaunchContext) -> _R:
     runtime.adopt(runtime.kind(), ctx)
     try:
         return fn(ctx.local_rank, *args)
@@ -134,7 +140,7 @@ def _run_here(fn, args, ctx):
         destroy_process_group()
 
 
-def _die_with_parent():
+def _die_with_parent() -> None:
     """Be killed when the parent process dies, whatever kills it (Linux; elsewhere a no-op):
     a rank must never outlive its run."""
     parent = os.getppid()
@@ -146,7 +152,7 @@ def _die_with_parent():
         os._exit(1)  # the parent died before prctl took effect
 
 
-def die_with_launcher():
+def die_with_launcher() -> None:
     """In a rank that launch/run_8p.sh started (it exports its own pid as
     DEVICEKIT_LAUNCHER_PID), die when the script dies, even by SIGKILL, which it cannot
     trap to stop its ranks itself. devicekit calls this when it is imported."""
@@ -154,7 +160,14 @@ def die_with_launcher():
         _die_with_parent()
 
 
-def _child(index, fn, args, parent, kind_name, failures):
+def _child(
+    index: int,
+    fn: Callable[..., object],
+    args: Sequence[Any],
+    parent: LaunchContext,
+    kind_name: str,
+    failures: str,
+) -> None:
     _die_with_parent()
     # A process group of its own, which its DataLoader workers join: stopping the rank
     # signals them in the same instant. A worker that outlived its rank by a moment while
@@ -166,7 +179,7 @@ def _child(index, fn, args, parent, kind_name, failures):
     runtime.adopt(runtime.kind(kind_name), ctx)
     os.environ.update(_rank_environ(ctx))
 
-    def timed(*fn_args):
+    def timed(*fn_args: Any) -> object:
         try:
             return fn(*fn_args)
         except BaseException as error:
@@ -181,7 +194,7 @@ def _child(index, fn, args, parent, kind_name, failures):
     exit_on_usage_error(_run_here)(timed, args, ctx)
 
 
-def _rank_environ(ctx: LaunchContext):
+def _rank_environ(ctx: LaunchContext) -> dict[str, str]:
     """The variables torchrun gives a worker, for code that reads them (or env://)."""
     return {
         "RANK": str(ctx.rank),
@@ -194,20 +207,23 @@ def _rank_environ(ctx: LaunchContext):
     }
 
 
-def _supervise(fn, args, parent, kind):
+def _supervise(
+    fn: Callable[..., object], args: Sequence[Any], parent: LaunchContext, kind: DeviceKind
+) -> None:
     context = mp.get_context(kind.start_method)
     # A failing rank notes when it failed in a file here (no shared memory: handing its
     # descriptor to a child that is then killed makes multiprocessing print a traceback).
     failures = tempfile.mkdtemp(prefix="devicekit-launch-")
-    procs = [
-        context.Process(
+    # typeshed types get_context(str) as BaseContext, which has no Process; every context
+    # it returns at run time (spawn, fork, forkserver) has.
+    procs: list[BaseProcess] = [
+        context.Process(  # type: ignore[attr-defined]
             target=_child, args=(i, fn, args, parent, kind.name, failures), daemon=False
         )
         for i in range(parent.local_world_size)
     ]
-    previous = {}
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> NoReturn:
         _stop(procs)
         name = signal.Signals(signum).name
         print(
@@ -217,22 +233,27 @@ def _supervise(fn, args, parent, kind):
         )
         raise SystemExit(128 + signum)
 
-    if threading.current_thread() is threading.main_thread():
-        for signum in _STOP_SIGNALS:
-            previous[signum] = signal.signal(signum, on_signal)
+    previous = (
+        {signum: signal.signal(signum, on_signal) for signum in _STOP_SIGNALS}
+        if threading.current_thread() is threading.main_thread()
+        else {}
+    )
     try:
         for proc in procs:
             proc.start()
         running = {proc.sentinel: index for index, proc in enumerate(procs)}
         while running:
             for sentinel in multiprocessing.connection.wait(list(running)):
+                assert isinstance(sentinel, int)  # wait() returns some of the sentinels given
                 index = running.pop(sentinel)
                 procs[index].join()
                 if procs[index].exitcode != 0:
                     first = _first_failure(procs, failures)
                     procs[first].join(STOP_GRACE_S)  # its traceback, its own exit code
                     _stop(procs)
-                    raise _failure(first, procs[first].exitcode)
+                    code = procs[first].exitcode
+                    assert code is not None  # _stop() joined every rank
+                    raise _failure(first, code)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -240,11 +261,11 @@ def _supervise(fn, args, parent, kind):
         shutil.rmtree(failures, ignore_errors=True)
 
 
-def _first_failure(procs, failures):
+def _first_failure(procs: Sequence[BaseProcess], failures: str) -> int:
     """The rank whose failure came first among those that failed so far: a rank killed by
     a signal (it had no time to say), else the earliest one (the others typically failed
     because it left the collective)."""
-    failed_at = {}
+    failed_at: dict[int, float] = {}
     for name in os.listdir(failures):
         if name.isdigit():
             with open(os.path.join(failures, name), encoding="ascii") as stamp:
@@ -254,7 +275,7 @@ def _first_failure(procs, failures):
     return killed[0] if killed else min(failed, key=lambda i: failed_at.get(i, float("inf")))
 
 
-def _failure(index, code):
+def _failure(index: int, code: int) -> RankFailed:
     if code < 0:
         failure = RankFailed(index, 1, f"was killed by {signal.Signals(-code).name}")
     elif code == EXIT_USAGE:
@@ -270,10 +291,12 @@ def _failure(index, code):
     return failure
 
 
-def _signal_rank(proc, signum):
+def _signal_rank(proc: BaseProcess, signum: int) -> None:
     """`signum` to a rank's process group: the rank and its DataLoader workers, also the
     workers a killed rank left behind. To the rank alone while it has not made its group
     yet (its pid is still its own while it is not reaped)."""
+    if proc.pid is None:  # never started: nothing to signal
+        return
     try:
         os.killpg(proc.pid, signum)
     except ProcessLookupError:
@@ -284,7 +307,7 @@ def _signal_rank(proc, signum):
                 pass
 
 
-def _stop(procs):
+def _stop(procs: Sequence[BaseProcess]) -> None:
     """SIGTERM the process group of every rank still running or killed by a signal (its
     workers may be left), then SIGKILL what is left after the grace time."""
     alive = [proc for proc in procs if proc.pid is not None and proc.exitcode is None]

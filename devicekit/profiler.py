@@ -14,10 +14,11 @@ import os
 
 from devicekit import runtime
 from devicekit.errors import UsageError
+from devicekit.kinds.base import Profiler
 
 
 def profile(
-    output_dir: str,
+    output_dir: str | os.PathLike[str],
     *,
     wait: int = 1,
     warmup: int = 1,
@@ -26,7 +27,7 @@ def profile(
     record_shapes: bool = False,
     profile_memory: bool = False,
     with_stack: bool = False,
-):
+) -> Profiler:
     """A profiler for this process's device, used as a context manager with `.step()`
     after each training step: it skips `wait` steps, warms up for `warmup`, records
     `active`, `repeat` times (0: until the end), and writes each recording to `output_dir`

@@ -7,20 +7,25 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 import torch.distributed as dist
 
+from devicekit.environments import LaunchContext
 from devicekit.errors import UsageError
 
 STORE_MARGIN_S = 5.0  # beyond the timeout, for the store client to give up on its own first
 PROBE_S = 3.0  # asking whether a taken port is this run's rendezvous
 
+_T = TypeVar("_T")
 
-def agent_store(ctx, timeout_s, timeout_label):
+
+def agent_store(ctx: LaunchContext, timeout_s: float, timeout_label: str) -> dist.PrefixStore:
     """The store torchrun's agent serves, under a prefix for this restart: torchrun keeps
     one store across --max-restarts, and a restarted rank could otherwise read a peer's
     address left there by the attempt before (gloo then fails, "Connection refused")."""
-    done, store = _bounded(
+    bounded = _bounded(
         timeout_s + STORE_MARGIN_S,
         lambda: dist.TCPStore(
             ctx.master_addr,
@@ -30,39 +35,42 @@ def agent_store(ctx, timeout_s, timeout_label):
             timeout=datetime.timedelta(seconds=timeout_s),
         ),
     )
-    if not done:
+    if not bounded[0]:
         raise UsageError(
             f"rank {ctx.rank}: the launcher's store at {ctx.master_addr}:"
             f"{ctx.master_port} did not answer within {timeout_label} "
             f"(+{STORE_MARGIN_S:g}s)"
         )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"devicekit/attempt{attempt}", store)
+    return dist.PrefixStore(f"devicekit/attempt{attempt}", bounded[1])
 
 
-def _bounded(seconds, call):
+def _bounded(
+    seconds: float, call: Callable[[], _T]
+) -> tuple[Literal[True], _T] | tuple[Literal[False], None]:
     """`call()`, given at most `seconds`: torch's store client waits forever on a port
     where something that is not a torch store listens, and name lookups can hang. Returns
     (True, result) or (False, None) on time-out; the abandoned thread is a daemon."""
-    outcome = {}
+    results: list[_T] = []
+    errors: list[BaseException] = []
 
-    def run():
+    def run() -> None:
         try:
-            outcome["result"] = call()
+            results.append(call())
         except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
+            errors.append(error)
 
     thread = threading.Thread(target=run, name="devicekit-bounded", daemon=True)
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
         return False, None
-    if "error" in outcome:
-        raise outcome["error"]
-    return True, outcome["result"]
+    if errors:
+        raise errors[0]
+    return True, results[0]
 
 
-def _resolve_master(ctx, timeout_s, timeout_label):
+def _resolve_master(ctx: LaunchContext, timeout_s: float, timeout_label: str) -> None:
     """Fail in one line when the master's host name does not resolve (in bounded time)."""
     try:
         done, _ = _bounded(timeout_s, lambda: socket.getaddrinfo(ctx.master_addr, ctx.master_port))
@@ -79,14 +87,14 @@ def _resolve_master(ctx, timeout_s, timeout_label):
         )
 
 
-def rendezvous(ctx, timeout_s, timeout_label):
+def rendezvous(ctx: LaunchContext, timeout_s: float, timeout_label: str) -> dist.PrefixStore:
     """A TCP store on the master where every rank checks in under its rank, so that rank 0
     can name the ranks that did not arrive within the timeout, and a rank claimed twice
     is named as such. Every wait is bounded by the timeout (plus STORE_MARGIN_S)."""
     _resolve_master(ctx, timeout_s, timeout_label)
     where = f"{ctx.master_addr}:{ctx.master_port}"
     try:
-        done, store = _bounded(
+        bounded = _bounded(
             timeout_s + STORE_MARGIN_S,
             lambda: dist.TCPStore(
                 ctx.master_addr,
@@ -105,12 +113,13 @@ def rendezvous(ctx, timeout_s, timeout_label):
                 "stop the previous run"
             ) from None
         raise
-    if not done:
+    if not bounded[0]:
         raise UsageError(
             f"rank {ctx.rank}: something listens at {where} but did not answer as a torch "
             f"store within {timeout_label} (+{STORE_MARGIN_S:g}s): MASTER_PORT belongs to "
             "another service? Choose a free port for MASTER_PORT on node 0"
         )
+    store = bounded[1]
     if store.add(f"devicekit/claims/{ctx.rank}", 1) > 1:
         raise UsageError(
             f"two processes claim rank {ctx.rank} at {ctx.master_addr}:{ctx.master_port}: "
@@ -133,15 +142,15 @@ def rendezvous(ctx, timeout_s, timeout_label):
     return dist.PrefixStore("devicekit/pg", store)
 
 
-def _is_address_in_use(error):
+def _is_address_in_use(error: BaseException) -> bool:
     text = str(error)
     return "address already in use" in text.lower() or "EADDRINUSE" in text
 
 
-def _rank_zero_listens(ctx):
+def _rank_zero_listens(ctx: LaunchContext) -> bool:
     """Whether the port is held by a devicekit rendezvous whose rank 0 has checked in."""
 
-    def ask():
+    def ask() -> bool:
         client = dist.TCPStore(
             ctx.master_addr,
             ctx.master_port,
@@ -158,13 +167,15 @@ def _rank_zero_listens(ctx):
         return True
 
     try:
-        done, claimed = _bounded(PROBE_S, ask)
+        bounded = _bounded(PROBE_S, ask)
     except (RuntimeError, ValueError):
         return False
-    return done and claimed
+    return bounded[0] and bounded[1]
 
 
-def explain_setup_error(error, ctx, timeout_label):
+def explain_setup_error(
+    error: RuntimeError | ValueError, ctx: LaunchContext, timeout_label: str
+) -> Exception:
     text = str(error)
     where = f"{ctx.master_addr}:{ctx.master_port}"
     if _is_address_in_use(error):

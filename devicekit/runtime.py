@@ -7,6 +7,7 @@ on first use (from the environment a launcher left, or from what `launch()` or
 
 import multiprocessing
 import os
+from collections.abc import Mapping
 
 from devicekit.detect import resolve_kind
 from devicekit.environments import LaunchContext, LaunchOptions, launcher_of, resolve_launch
@@ -24,7 +25,7 @@ _context: LaunchContext | None = None
 _device_bound = False
 
 
-def _initial_environ():
+def _initial_environ() -> dict[str, str]:
     """The environment this process was started with (what its launcher exported), before
     the script changed os.environ; os.environ where the OS does not tell."""
     try:
@@ -32,7 +33,7 @@ def _initial_environ():
             entries = handle.read().split(b"\0")
     except OSError:
         return _IMPORT_ENVIRON
-    initial = {}
+    initial: dict[str, str] = {}
     for entry in entries:
         name, sep, value = entry.partition(b"=")
         if sep:
@@ -61,13 +62,13 @@ def kind(device_type: str | None = None, source: str = "device_type") -> DeviceK
     return _kind
 
 
-def adopt(new_kind: DeviceKind, ctx: LaunchContext):
+def adopt(new_kind: DeviceKind, ctx: LaunchContext) -> None:
     """Fix this process's kind and context (launch() does, before it calls the function)."""
     global _kind, _context, _device_bound
     _kind, _context, _device_bound = new_kind, ctx, False
 
 
-def bind_device():
+def bind_device() -> None:
     """Note that this process has chosen its current device (set_device, init_distributed)."""
     global _device_bound
     _device_bound = True
@@ -122,7 +123,7 @@ def resolve_context(options: LaunchOptions) -> LaunchContext:
     return resolve_launch(options, environ=environ, kind=current)
 
 
-def _without_explicit_ranks(options):
+def _without_explicit_ranks(options: LaunchOptions) -> LaunchOptions:
     # Under a launcher the script's own rank/world_size (Python callers) are checked
     # against the launcher's afterwards, not used; a trainer's flags keep their meaning.
     if options.cli:
@@ -132,7 +133,7 @@ def _without_explicit_ranks(options):
     )
 
 
-def warn_if_contradicted(options: LaunchOptions, ctx: LaunchContext):
+def warn_if_contradicted(options: LaunchOptions, ctx: LaunchContext) -> None:
     """One warning when a script's explicit rank/world_size differ from the launcher's."""
     if options.cli:
         return
@@ -150,7 +151,7 @@ def warn_if_contradicted(options: LaunchOptions, ctx: LaunchContext):
         )
 
 
-def launcher_environ():
+def launcher_environ() -> Mapping[str, str]:
     """os.environ, except that MASTER_ADDR/MASTER_PORT as the launcher exported them win
     over values the script wrote into os.environ since."""
     initial = _initial_environ()
@@ -161,7 +162,7 @@ def launcher_environ():
     return environ
 
 
-def settle_master(ctx: LaunchContext):
+def settle_master(ctx: LaunchContext) -> None:
     """Make os.environ's MASTER_ADDR/MASTER_PORT those of the run `ctx` describes (torch's
     env:// reads them), saying once when the script had set other values."""
     if ctx.mode == "single":
@@ -177,5 +178,5 @@ def settle_master(ctx: LaunchContext):
         os.environ[name] = value
 
 
-def _differs(current, value):
+def _differs(current: str, value: str) -> bool:
     return current != value and not {current, value} <= _LOOPBACK_NAMES

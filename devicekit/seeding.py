@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 
-def seed_everything(seed, rank=0):
+def seed_everything(seed: int, rank: int = 0) -> int:
     """Seed python, numpy and torch (CPU and every device) with `seed + rank`.
 
     Ranks get different streams so their augmentations differ; DDP still starts every

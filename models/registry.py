@@ -12,10 +12,13 @@ model module itself, so the model modules can import ``register`` from here free
 
 import difflib
 import re
+from collections.abc import Callable
+
+import torch
 
 from devicekit.errors import UsageError
 
-_BUILDERS = {}
+_BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {}
 
 
 def register(name):

@@ -106,7 +106,7 @@ def test_before_init_a_plain_process_is_rank_0_of_1():
 
 def test_one_device_kind_per_process():
     runtime.kind("cpu")
-    with pytest.raises(devicekit.UsageError, match="^device_type='gpu': this torch has no CUDA"):
+    with pytest.raises(devicekit.UsageError, match=r"^device_type='gpu': this torch has no CUDA"):
         runtime.kind("gpu")
 
 

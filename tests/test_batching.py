@@ -14,7 +14,7 @@ def test_even_split_and_workers_round_up():
 
 def test_size_that_does_not_divide_names_the_nearest_valid_sizes():
     with pytest.raises(
-        UsageError, match="--batch-size 100 does not divide over 8 .* use 96 or 104"
+        UsageError, match=r"--batch-size 100 does not divide over 8 .* use 96 or 104"
     ):
         split_per_process(100, 4, 8)
 

@@ -172,11 +172,11 @@ def test_image_folder_holds_no_python_object_per_file(tmp_path):
 
 
 def test_image_folder_errors(tmp_path):
-    with pytest.raises(UsageError, match="nowhere.*does not exist"):
+    with pytest.raises(UsageError, match=r"nowhere.*does not exist"):
         ImageFolder(str(tmp_path / "nowhere"))
     (tmp_path / "flat").mkdir()
     write_image(str(tmp_path / "flat" / "a.jpg"))
-    with pytest.raises(UsageError, match="flat.*no class folders"):
+    with pytest.raises(UsageError, match=r"flat.*no class folders"):
         ImageFolder(str(tmp_path / "flat"))
     root = make_tree(str(tmp_path / "data"))
     os.makedirs(os.path.join(root, "cat2"))
@@ -239,7 +239,7 @@ def test_build_datasets_errors(tmp_path):
     with pytest.raises(UsageError, match=r"pass DIR \(or --data DIR\).*--dummy"):
         build_datasets(None, False, 16, 2, seed=0)
     missing = str(tmp_path / "missing")
-    with pytest.raises(UsageError, match="missing.*does not exist"):
+    with pytest.raises(UsageError, match=r"missing.*does not exist"):
         build_datasets(missing, False, 16, 2, seed=0)
     only_train = tmp_path / "only_train"
     make_tree(str(only_train / "train"))
@@ -281,7 +281,7 @@ def test_check_data_dir_wants_one_batch_of_training_images(tmp_path):
     # to ImageFolder, and named when the count reaches it.
     os.makedirs(os.path.join(data, "train", "eel"))
     assert check_data_dir(data, False, batch_size=2) == folders
-    with pytest.raises(UsageError, match="class folder .*train/eel has no images"):
+    with pytest.raises(UsageError, match=r"class folder .*train/eel has no images"):
         check_data_dir(data, False, batch_size=5)
     assert check_data_dir(None, True, batch_size=10**9) == (None, None)  # --dummy: no files
 
@@ -316,7 +316,7 @@ def test_check_num_classes(tmp_path):
     dataset = ImageFolder(make_tree(str(tmp_path / "data"), classes=("a", "b", "c")))
     assert check_num_classes(dataset, 3) == 3
     assert check_num_classes(dataset, 1000) == 3
-    with pytest.raises(UsageError, match="3 classes.*only 2 outputs.*--num-classes 3"):
+    with pytest.raises(UsageError, match=r"3 classes.*only 2 outputs.*--num-classes 3"):
         check_num_classes(dataset, 2)
     with pytest.raises(UsageError, match="10 classes"):
         check_num_classes(DummyImageNet(4, 10, 8), 5)

@@ -66,6 +66,20 @@ def who(ctx):
     )
 
 
+def test_a_kind_without_a_visible_devices_variable_bounds_the_device_index():
+    # A user's own kind may have no visible-devices variable: the error named it and, for
+    # None, raised TypeError from os.environ instead of this line.
+    class NoVariable(FakeAccelerator):
+        name = "mtia"
+        visible_devices_env = None
+
+    with pytest.raises(
+        UsageError,
+        match=r"^--gpu 3 but only 2 mtia device\(s\) are visible: use an index below 2$",
+    ):
+        resolve({}, kind=NoVariable(2), gpu=3)
+
+
 # -- the registry --------------------------------------------------------------------------------
 
 
@@ -275,7 +289,7 @@ def test_pytorchjob_running_torchrun_is_torchrun():
 
 def test_outside_kubernetes_a_missing_local_rank_is_still_named():
     environ = {k: v for k, v in PYTORCHJOB_WORKER.items() if not k.startswith("KUBERNETES")}
-    with pytest.raises(UsageError, match="^LOCAL_RANK is not set"):
+    with pytest.raises(UsageError, match=r"^LOCAL_RANK is not set"):
         resolve(environ)
 
 

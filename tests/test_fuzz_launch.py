@@ -341,6 +341,26 @@ def test_a_group_rank_beyond_the_nodes_is_named():
     )
 
 
+@pytest.mark.parametrize(
+    "environ",
+    [
+        # Found by the long profile: the message named gpu=1, which was not given.
+        {
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "1",
+        },
+        {"RANK_ID": "0", "RANK_SIZE": "1"},
+    ],
+)
+def test_a_device_list_entry_beyond_the_visible_devices_names_the_list(environ):
+    with pytest.raises(UsageError) as raised:
+        resolve_launch(LaunchOptions(device_list=(1,)), environ, FakeAccelerator(1))
+    assert str(raised.value).startswith("device_list=1 but only 1 npu device(s) are visible")
+
+
 @pytest.mark.parametrize("addr", [" 0 ", "a b", "n1\nn2", "10.0.0.1 172.17.0.1"])
 def test_a_master_address_with_a_blank_is_named(addr):
     assert refusal(LaunchOptions(), dict(SHELL_LOOP, MASTER_ADDR=addr)).startswith(

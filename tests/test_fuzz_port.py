@@ -33,9 +33,9 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import clean_environ
+from devicekit.errors import one_line
 from devicekit.port import ParseFailure, port_source
 from devicekit.port.cli import main
-from devicekit.port.engine import one_line
 from invariant import EXIT_USAGE, assert_command_refused, assert_usage_line, no_files_left
 
 # Generated code may well compare a literal with `is`: Python warns, the port need not.
@@ -278,6 +278,7 @@ def test_any_python_module_ports(data):
 @example(b"if f():\n    pass\n    import torch_npu\n")  # the if went, and f() with it
 @example(b"import torch_npu\n\r\n\n #\n")  # libcst drops an indented comment at the end
 @example(b"x = 1  #\nimport torch_npu")
+@example(b"import torch_npu\n\n\n #\r#\n")  # libcst dropped the lines before the last comment
 def test_cuda_idioms_in_any_surroundings(script):
     """Idioms put anywhere in generated code are ported; the code around them is kept."""
     out, report = assert_ports_cleanly(script)
@@ -474,6 +475,7 @@ def run_main(argv: list[str]) -> tuple[int, str, str]:
 @example(["--out", "good.py", "sub"])
 @example(["--out", "", "good.py"])
 @example([""])  # Path("") is ".": it ported the whole folder
+@example(["0", "--write", ""])  # "unrecognized arguments: " (the empty one, after a flag)
 @example(["a\nb.py"])  # a name with a newline: the error was two lines
 @example(["\x00"])  # ValueError: embedded null byte
 @example(["x" * 300])  # OSError: File name too long
@@ -491,7 +493,10 @@ def test_any_command_line_works_or_is_one_line(argv):
         line = assert_command_refused(code, err, named + ["PATH"])
         assert line.startswith("devicekit port: error: "), line
         assert after == before, "a refused command changed files"
-        event(f"refused: {re.sub(r'.*?: error: (.*?: )?', '', line)[:30]}")
+        reason = line.split(": error: ", 1)[1]
+        if reason.startswith(("unrecognized arguments", "the following arguments")):
+            reason = reason.split(":")[0]
+        event(f"refused: {re.sub(r'^[^:]*: ', '', reason)[:30]}")
     else:
         assert code in (0, 1) and err == "", (code, err)
         assert not [name for name in after if Path(name).name.startswith(".")], (

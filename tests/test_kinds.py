@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -89,9 +90,9 @@ def test_cpu_threads_per_rank(monkeypatch, cores, ranks, environ, expected):
 
 
 def test_cuda_kind_on_a_cpu_build_explains_itself():
-    with pytest.raises(UsageError, match="^device_type='cuda': this torch has no CUDA support"):
+    with pytest.raises(UsageError, match=r"^device_type='cuda': this torch has no CUDA support"):
         resolve_kind("cuda")
-    with pytest.raises(UsageError, match="^--device cuda: this torch has no CUDA support"):
+    with pytest.raises(UsageError, match=r"^--device cuda: this torch has no CUDA support"):
         resolve_kind("cuda", source="--device")
     with pytest.raises(UsageError, match="no CUDA support"):
         resolve_kind("gpu")
@@ -141,7 +142,7 @@ def test_visible_device_parsers():
     assert parse_ascend(var, "0,1,4") == [0, 1, 4]
     assert parse_ascend(var, "") == []
     with pytest.raises(
-        UsageError, match="not in ascending order.*write ASCEND_RT_VISIBLE_DEVICES=0,1"
+        UsageError, match=r"not in ascending order.*write ASCEND_RT_VISIBLE_DEVICES=0,1"
     ):
         parse_ascend(var, "1,0")
     with pytest.raises(UsageError, match="lists device 2 twice"):
@@ -361,6 +362,19 @@ def test_a_kind_must_answer_probe_and_device_count():
 
     with pytest.raises(TypeError, match="device_count"):
         Incomplete()
+
+
+def test_an_accelerator_kind_without_a_visible_devices_variable_says_why_it_is_unusable():
+    # A user's own kind may have no visible-devices variable: probe() named it and, for
+    # None, raised TypeError from os.environ.get instead of saying no device is visible.
+    class Mtia(kinds.AcceleratorKind):
+        name = "mtia"
+        device_noun = "MTIA device"
+        check_hint = "check the driver"
+        accelerator_type = staticmethod(lambda: "mtia")
+        module = types.SimpleNamespace(device_count=lambda: 0)
+
+    assert Mtia().probe() == (False, "no MTIA device is visible; check the driver")
 
 
 def test_register_kind_before_the_cpu_fallback(registry, monkeypatch):

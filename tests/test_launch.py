@@ -199,7 +199,7 @@ def test_spawn_on_cpu_takes_the_count_from_the_flag():
 
 
 def test_spawn_node_rank_not_below_node_count():
-    with pytest.raises(UsageError, match="--rank 2 .* not below --world-size 2"):
+    with pytest.raises(UsageError, match=r"--rank 2 .* not below --world-size 2"):
         resolve({}, multiprocessing_distributed=True, world_size=2, rank=2, addr="10.0.0.1")
 
 

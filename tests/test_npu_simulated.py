@@ -262,7 +262,8 @@ def test_torch_npu_without_cann_names_cann_and_set_env():
     "message",
     [
         "No module named 'yaml'",
-        "/site-packages/torch_npu/_C.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104impl",
+        "/site-packages/torch_npu/_C.cpython-311-x86_64-linux-gnu.so: "
+        "undefined symbol: _ZN3c104impl",
     ],
     ids=["missing-module", "undefined-symbol"],
 )

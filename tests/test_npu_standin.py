@@ -244,6 +244,21 @@ out["grads"] = max((p.grad - q.grad.cpu()).abs().max().item()
     assert out["output"] < 1e-6 and out["grads"] < 1e-6, out
 
 
+def test_a_fused_cell_given_an_input_bias_without_its_hidden_bias_names_the_operator():
+    """torch gives the fused cells both biases or neither; one given only the input bias
+    is refused naming the operator."""
+    out = scenario("""
+gates, state, bias = torch.zeros(2, 8).npu(), torch.zeros(2, 2).npu(), torch.zeros(8).npu()
+for name, width in (("_thnn_fused_lstm_cell", 8), ("_thnn_fused_gru_cell", 6)):
+    try:
+        getattr(torch.ops.aten, name)(gates[:, :width], gates[:, :width], state, bias[:width])
+    except RuntimeError as error:
+        out[name] = str(error)
+""")
+    for name in ("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"):
+        assert f"aten::{name}: input_bias was given without hidden_bias" in out.get(name, ""), out
+
+
 def test_autocast_for_npu_casts_and_autocast_for_cpu_silently_does_not():
     """The bug class `port` guards against: autocast opened for the wrong device type."""
     out = scenario("""

@@ -225,7 +225,8 @@ REWRITES = (
         ),
         (
             "init_process_group(device_id)",
-            "torch.distributed.init_process_group('nccl', device_id=torch.device('cuda', local_rank))",
+            "torch.distributed.init_process_group('nccl', "
+            "device_id=torch.device('cuda', local_rank))",
             "torch.distributed.init_process_group(devicekit.backend(), device_id=devicekit.device("
             "local_rank) if devicekit.is_available() else None)",
         ),
@@ -253,8 +254,9 @@ REWRITES = (
         (
             "DDP output_device",
             "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i], output_device=i)",
-            "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i] if devicekit.is_available() "
-            "else None, output_device=i if devicekit.is_available() else None)",
+            "m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[i] if "
+            "devicekit.is_available() else None, output_device=i if devicekit.is_available() "
+            "else None)",
         ),
         (
             "map_location='cuda:0'",
@@ -525,7 +527,8 @@ def test_from_imports_are_resolved_and_orphans_removed():
         ("if setup():\n    import torch_npu\n", "if setup():\n    pass\n"),
         # an else: branch stays: it was removed with the try
         (
-            "try:\n    import torch_npu\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n",
+            "try:\n    import torch_npu\nexcept ImportError:\n    ok = False\n"
+            "else:\n    ok = True\n",
             "try:\n    pass\nexcept ImportError:\n    ok = False\nelse:\n    ok = True\n",
         ),
     ],
@@ -705,8 +708,13 @@ def test_a_file_of_lone_carriage_returns_keeps_them():
             b"import torch\nimport devicekit\nx = y.to(devicekit.device())\n  # the end\n",
         ),
         (b"import torch_npu\nx = 1\n\t# the end\n\n  ", b"x = 1\n\t# the end\n\n  "),
+        # libcst kept the last comment and dropped the lines before it
+        (
+            b"x = y.cuda()\n\n\n #\r#\n",
+            b"import devicekit\nx = y.to(devicekit.device())\n\n\n #\r#\n",
+        ),
     ],
-    ids=["indented comment", "tab, blank lines, no newline"],
+    ids=["indented comment", "tab, blank lines, no newline", "lines before the last comment"],
 )
 def test_comments_after_the_last_statement_are_kept(source, expected):
     # libcst drops indented comment and blank lines after the last top-level statement
@@ -771,8 +779,8 @@ def test_a_form_feed_is_kept():
         (
             "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n\n"
             "def f():\n    return x.cuda()\n",
-            "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\nimport devicekit\n\n"
-            "def f():\n    return x.to(devicekit.device())\n",
+            "import os\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n"
+            "import devicekit\n\ndef f():\n    return x.to(devicekit.device())\n",
         ),
     ],
 )
@@ -1098,6 +1106,13 @@ def test_bad_command_lines_are_one_line_and_change_nothing(
     assert err == f"devicekit port: error: {says}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py"]
     assert (tmp_path / "a.py").read_text() == SCRIPT
+
+
+def test_paths_may_come_after_a_flag(tmp_path, capsys):
+    # argparse took a path after --check for an unrecognized argument
+    cuda, clean = write(tmp_path / "cuda.py", SCRIPT), write(tmp_path / "clean.py", "x = 1\n")
+    code, out, err = run_port(capsys, clean, "--check", cuda)
+    assert (code, err) == (1, "") and f"{cuda}:6: init-process-group: " in out
 
 
 def test_out_where_a_file_stands_for_a_folder_is_refused_before_writing(tmp_path, capsys):

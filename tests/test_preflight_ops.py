@@ -43,7 +43,8 @@ def test_data_file_is_the_wheels_list(header):
     shipped = npu_ops.load()
     assert shipped == from_wheel, (
         f"{npu_ops.DATA_FILE.name} differs from the wheel: only in the file "
-        f"{sorted(shipped - from_wheel)[:10]}, only in the wheel {sorted(from_wheel - shipped)[:10]}; "
+        f"{sorted(shipped - from_wheel)[:10]}, "
+        f"only in the wheel {sorted(from_wheel - shipped)[:10]}; "
         f"regenerate it with npu_ops.write_data_file(wheel)"
     )
 

@@ -43,6 +43,6 @@ def test_a_bad_schedule_is_named(tmp_path, kwargs, says):
 
 def test_an_output_folder_that_cannot_be_made_is_named(tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    with pytest.raises(devicekit.UsageError, match="cannot be made .*choose a writable folder"):
+    with pytest.raises(devicekit.UsageError, match=r"cannot be made .*choose a writable folder"):
         devicekit.profile(tmp_path / "file" / "trace")
     assert not (tmp_path / "file" / "trace").exists()

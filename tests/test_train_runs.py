@@ -564,7 +564,8 @@ def test_demo_recipe_reaches_90_percent(tmp_path):
 # and thread count the rank would train with; anything else goes to the real interpreter.
 _RANK_PROBE = """#!/bin/sh
 if [ "${{1##*/}}" = main.py ]; then
-    exec "{python}" -c 'import os; print("cores", *sorted(os.sched_getaffinity(0)), "omp", os.environ.get("OMP_NUM_THREADS"))'
+    exec "{python}" -c 'import os; print("cores", *sorted(os.sched_getaffinity(0)), \
+"omp", os.environ.get("OMP_NUM_THREADS"))'
 fi
 exec "{python}" "$@"
 """

@@ -462,7 +462,7 @@ def test_profile_steps_count_the_epochs_left_to_train(tmp_path):
     # 1 step to wait + 1 to warm up + 2 recorded: 4 of the 2 x 3 steps of epochs 1 and 2.
     line = ["--dummy", "--epochs", "3", "--steps-per-epoch", "3", "--profile-steps"]
     assert parse_args(line + ["2", "--start-epoch", "1"]).profile_steps == 2
-    with pytest.raises(UsageError, match="needs 6 training steps .* at most 3: "):
+    with pytest.raises(UsageError, match=r"needs 6 training steps .* at most 3: "):
         parse_args(line + ["4", "--start-epoch", "2"])
     # A resumed run may start at any epoch: --start-epoch does not count then.
     resume = str(tmp_path / "checkpoint.pth.tar")

@@ -105,3 +105,12 @@ def build_loaders(train_set, val_set, batch_size, workers, ctx, seed):
         **common,
     )
     return train_loader, val_loader
+
+
+def start_epoch(loader: DataLoader, epoch: int, skip: int = 0) -> None:
+    """Start `epoch` of a training loader that build_loaders made, `skip` samples of this
+    rank's shard into it (a resumed epoch)."""
+    sampler = loader.sampler
+    if not isinstance(sampler, EpochSeededSampler):
+        raise TypeError(f"{loader!r} is not a training loader of build_loaders")
+    sampler.set_epoch(epoch, skip)

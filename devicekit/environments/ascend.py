@@ -4,11 +4,15 @@ NODES --multiprocessing-distributed` with no spawn expected; the master comes fr
 --addr/--port, MASTER_ADDR/MASTER_PORT or loopback. The ranks meet in devicekit's
 rendezvous."""
 
+from collections.abc import Mapping
+
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     DEFAULT_PORT,
     check_device,
+    device_source,
     listed_device,
     master,
     nodes_from_options,
@@ -17,16 +21,19 @@ from devicekit.environments.reading import (
     to_int,
 )
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 
 class Ascend(LaunchEnvironment):
     name = "ascend"
     variables = ("RANK_ID", "RANK_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return "RANK_ID" in environ and "RANK_SIZE" in environ
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         values = read_numbers(environ, {"RANK_SIZE": 1, "RANK_ID": 0})
         local_world_size, rank_id = require(values, "RANK_SIZE"), require(values, "RANK_ID")
         nnodes, node_rank = nodes_from_options(options, "in Ascend's RANK_ID/RANK_SIZE idiom")
@@ -50,6 +57,4 @@ class Ascend(LaunchEnvironment):
             port,
             device_index,
         )
-        return check_device(
-            ctx, kind, options.name("gpu") if options.gpu is not None else "RANK_ID"
-        )
+        return check_device(ctx, kind, device_source(options, "RANK_ID"))

@@ -7,14 +7,18 @@ No LOCAL_WORLD_SIZE: read as torchrun's variables, 2 nodes x 8 would look like o
 store: the ranks meet in devicekit's rendezvous.
 """
 
+from collections.abc import Mapping
+
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     PORT,
     check_below,
     check_device,
     check_gpu_agrees,
     check_local_rank_agrees,
+    device_source,
     listed_device,
     read_numbers,
     refuse_spawning,
@@ -23,6 +27,7 @@ from devicekit.environments.reading import (
 )
 from devicekit.environments.torchrun import has_rank_variables
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 _FIX = (
     ": DeepSpeed's launcher exports RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, "
@@ -44,7 +49,7 @@ class DeepSpeed(LaunchEnvironment):
         "MASTER_PORT",
     )
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         # With LOCAL_WORLD_SIZE set (DeepSpeed's elastic agent is torchrun's) torchrun's
         # reading is the right one.
         return (
@@ -53,7 +58,9 @@ class DeepSpeed(LaunchEnvironment):
             and any(name in environ for name in ("LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE"))
         )
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         refuse_spawning(options)
         values = read_numbers(
             environ,
@@ -105,6 +112,4 @@ class DeepSpeed(LaunchEnvironment):
             values["MASTER_PORT"],
             listed_device(options, local_rank, "LOCAL_RANK"),
         )
-        return check_device(
-            ctx, kind, "LOCAL_RANK" if not options.device_list else options.name("device_list")
-        )
+        return check_device(ctx, kind, device_source(options, "LOCAL_RANK"))

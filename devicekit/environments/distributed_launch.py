@@ -5,9 +5,11 @@ Told apart from torchrun by that argument (LaunchOptions.local_rank). Its worker
 store the launcher serves, or that rank 0 serves through env:// (torch 1.x).
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import to_int
 from devicekit.environments.torchrun import (
     RANK_VARIABLES,
@@ -15,21 +17,25 @@ from devicekit.environments.torchrun import (
     rank_variables_context,
 )
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 
 def pop_local_rank(argv: Sequence[str]) -> tuple[list[str], int | None]:
     """Remove torch.distributed.launch's `--local-rank=N` (or `--local_rank N`, either
     spelling, either form) from `argv`; return (remaining argv, N or None)."""
-    remaining, local_rank, tokens = [], None, iter(argv)
+    remaining: list[str] = []
+    local_rank: int | None = None
+    tokens = iter(argv)
     for token in tokens:
         name, has_value, value = token.partition("=")
         if name not in ("--local-rank", "--local_rank"):
             remaining.append(token)
             continue
         if not has_value:
-            value = next(tokens, None)
-            if value is None:
+            following = next(tokens, None)
+            if following is None:
                 raise UsageError(f"{name} needs a value, e.g. {name}=0")
+            value = following
         local_rank = to_int(value, name)
     return remaining, local_rank
 
@@ -38,8 +44,10 @@ class DistributedLaunch(LaunchEnvironment):
     name = "launch"
     variables = RANK_VARIABLES
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return has_rank_variables(environ) and options.local_rank is not None
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         return rank_variables_context(self.name, True, options, environ, kind)

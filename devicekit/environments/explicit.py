@@ -3,10 +3,14 @@ processes started by hand, or a script's own mp.spawn children calling
 init_distributed(rank=..., world_size=...). The ranks meet in devicekit's rendezvous at
 the init method URL, --addr/--port, MASTER_ADDR/MASTER_PORT, or loopback:29500."""
 
+from collections.abc import Mapping
+
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import DEFAULT_PORT, check_device, master, to_int
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 
 class Explicit(LaunchEnvironment):
@@ -14,10 +18,12 @@ class Explicit(LaunchEnvironment):
     variables = ("MASTER_ADDR", "MASTER_PORT")
     started_by_launcher = False
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return options.world_size not in (None, 1) or options.rank not in (None, 0)
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         if options.world_size is None:
             raise UsageError(
                 f"{options.show('rank', options.rank)} needs "

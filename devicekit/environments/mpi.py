@@ -3,8 +3,11 @@ process count on its node; no master address (MASTER_ADDR is needed on several n
 Nodes are numbered rank // processes per node (mpirun's default, block placement). The
 ranks meet in devicekit's rendezvous. Open MPI and MPICH/Intel MPI differ only in names."""
 
+from collections.abc import Mapping
+
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     DEFAULT_PORT,
     check_device,
@@ -14,6 +17,7 @@ from devicekit.environments.reading import (
     read_numbers,
     require,
 )
+from devicekit.kinds.base import DeviceKind
 
 
 class MpiEnvironment(LaunchEnvironment):
@@ -21,14 +25,12 @@ class MpiEnvironment(LaunchEnvironment):
 
     names: tuple[str, str, str, str] = ("", "", "", "")
 
-    @property
-    def variables(self):
-        return self.names + ("MASTER_ADDR", "MASTER_PORT")
-
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return count(environ, self.names[1]) > 1
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         rank_var, size_var, local_var, local_size_var = self.names
         values = read_numbers(environ, {rank_var: 0, size_var: 1, local_var: 0, local_size_var: 1})
         rank, world_size, local_rank = (

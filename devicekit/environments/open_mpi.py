@@ -12,3 +12,4 @@ class OpenMpi(MpiEnvironment):
         "OMPI_COMM_WORLD_LOCAL_RANK",
         "OMPI_COMM_WORLD_LOCAL_SIZE",
     )
+    variables = (*names, "MASTER_ADDR", "MASTER_PORT")

@@ -1,6 +1,7 @@
 """LaunchOptions: who a process is, as a script or a trainer's command line says it."""
 
 import dataclasses
+from collections.abc import Iterable
 
 from devicekit.errors import UsageError
 
@@ -43,7 +44,7 @@ class LaunchOptions:
     device_list: tuple[int, ...] | None = None  # the device ids of this node's processes
     cli: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("local_rank", "gpu", "rank", "world_size", "port", "nproc_per_node"):
             value = getattr(self, name)
             if value is None:
@@ -58,7 +59,7 @@ class LaunchOptions:
         if self.device_list is not None:
             object.__setattr__(self, "device_list", self._device_ids(self.device_list) or None)
 
-    def _integer(self, field: str, value) -> int:
+    def _integer(self, field: str, value: object) -> int:
         """`value` of option `field` as an int (text such as "3" too)."""
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -71,7 +72,7 @@ class LaunchOptions:
                 f"{self.show(field, value)} is not an integer: give a whole number"
             ) from None
 
-    def _device_ids(self, value) -> tuple[int, ...]:
+    def _device_ids(self, value: str | Iterable[object]) -> tuple[int, ...]:
         """The device list as distinct non-negative ints (from "0,1" too)."""
         items = value.split(",") if isinstance(value, str) else value
         try:
@@ -88,7 +89,7 @@ class LaunchOptions:
         """How `field` is called where the options came from (flag or Python argument)."""
         return _FLAGS[field] if self.cli else _PYTHON_NAMES.get(field, field)
 
-    def show(self, field: str, value) -> str:
+    def show(self, field: str, value: object) -> str:
         """`--field value` on a command line, `field=value` in Python."""
         if not self.cli:
             return f"{self.name(field)}={value!r}"

@@ -7,12 +7,16 @@ PET_NPROC_PER_NODE for torchrun, which the pod must then run (torchrun is detect
 The ranks meet in devicekit's rendezvous.
 """
 
+from collections.abc import Mapping
+
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     PORT,
     check_below,
     check_device,
+    device_source,
     listed_device,
     read_numbers,
     refuse_spawning,
@@ -21,6 +25,7 @@ from devicekit.environments.reading import (
     to_int,
 )
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 _FIX = (
     ": a PyTorchJob's training operator exports RANK, WORLD_SIZE, MASTER_ADDR and "
@@ -41,14 +46,16 @@ class PyTorchJob(LaunchEnvironment):
         "PET_NPROC_PER_NODE",
     )
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return (
             ("RANK" in environ or "WORLD_SIZE" in environ)
             and "LOCAL_RANK" not in environ
             and ("KUBERNETES_SERVICE_HOST" in environ or "KUBERNETES_PORT" in environ)
         )
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         refuse_spawning(options)
         values = read_numbers(environ, {"RANK": 0, "WORLD_SIZE": 1, "MASTER_PORT": PORT})
         per_pod = environ.get("PET_NPROC_PER_NODE", "").strip()
@@ -83,4 +90,4 @@ class PyTorchJob(LaunchEnvironment):
             values["MASTER_PORT"],
             device_index,
         )
-        return check_device(ctx, kind, options.name("gpu"))
+        return check_device(ctx, kind, device_source(options, "the local rank"))

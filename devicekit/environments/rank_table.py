@@ -18,10 +18,11 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     DEFAULT_PORT,
     check_device,
@@ -31,6 +32,7 @@ from devicekit.environments.reading import (
     to_int,
 )
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 from devicekit.kinds.visible import parse_ascend
 
 VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
@@ -41,10 +43,26 @@ class Server(NamedTuple):
     in rank order."""
 
     host: str
-    devices: list[tuple]
+    devices: list[tuple[int, int]]
 
 
-def _get(container, key, location, label, expected=str):
+@overload
+def _get(container: object, key: str, location: str, label: str) -> str: ...
+
+
+@overload
+def _get(
+    container: object, key: str, location: str, label: str, expected: type[list[object]]
+) -> list[object]: ...
+
+
+def _get(
+    container: object,
+    key: str,
+    location: str,
+    label: str,
+    expected: type[str] | type[list[object]] = str,
+) -> str | list[object]:
     """`container[key]`, a str or a non-empty list (`expected`); `location` names it in the
     error, `label` the file."""
     if not isinstance(container, dict) or key not in container:
@@ -61,7 +79,7 @@ def _get(container, key, location, label, expected=str):
     return value
 
 
-def _whole(container, key, location, label) -> int:
+def _whole(container: object, key: str, location: str, label: str) -> int:
     value = _get(container, key, location, label)
     # ASCII digits: str.isdigit() also takes "²", which int() refuses.
     if not re.fullmatch(r"[0-9]{1,18}", value.strip()):
@@ -69,7 +87,7 @@ def _whole(container, key, location, label) -> int:
     return int(value)
 
 
-def _host(container, key, location, label) -> str:
+def _host(container: object, key: str, location: str, label: str) -> str:
     value = _get(container, key, location, label)
     if not value or not value.isprintable() or any(char.isspace() for char in value):
         raise UsageError(f"{label}: {location} is {value!r}, not a host name or IP address")
@@ -115,13 +133,15 @@ def read_rank_table(path: str) -> list[Server]:
             f'{label}: server_count is "{server_count}" but server_list has '
             f"{len(server_list)} server(s)"
         )
-    servers, seen = [], {}
+    servers: list[Server] = []
+    seen: dict[int, str] = {}
     for s, entry in enumerate(server_list):
         at = f"server_list[{s}]"
         # Version 1.2 tables name the host's address apart from the server's id.
         key = "host_ip" if isinstance(entry, dict) and "host_ip" in entry else "server_id"
         host = _host(entry, key, f"{at}.{key}", label)
-        devices, device_ids = [], set()
+        devices: list[tuple[int, int]] = []
+        device_ids: set[int] = set()
         for d, device in enumerate(_get(entry, "device", f"{at}.device", label, list)):
             where = f"{at}.device[{d}]"
             device_id = _whole(device, "device_id", f"{where}.device_id", label)
@@ -150,10 +170,12 @@ class RankTable(LaunchEnvironment):
     name = "rank_table"
     variables = ("RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE", "MASTER_ADDR", "MASTER_PORT", VISIBLE)
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return "RANK_TABLE_FILE" in environ and "RANK_ID" in environ
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         values = read_numbers(environ, {"RANK_ID": 0, "RANK_SIZE": 1})
         rank = require(values, "RANK_ID")
         path = environ["RANK_TABLE_FILE"]

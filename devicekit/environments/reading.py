@@ -5,26 +5,29 @@ import os
 import re
 import socket
 from collections.abc import Callable, Mapping
+from typing import Final, Literal
 
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 DEFAULT_PORT = 29500
 LOOPBACK = "127.0.0.1"
 # The reference ImageNet example's default, a multicast address nothing listens on.
 REFERENCE_DIST_URL = "tcp://224.66.41.62:23456"
-PORT = "port"  # a read_numbers rule: a TCP port, 1..65535
+PORT: Final = "port"  # a read_numbers rule: a TCP port, 1..65535
 
 
 def find_free_port(host: str = LOOPBACK) -> int:
     """A TCP port that is free on `host` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
-def to_int(value, name: str, minimum: int = 0) -> int:
+def to_int(value: object, name: str, minimum: int = 0) -> int:
     """`value` as an integer of at least `minimum`; `name` is what the error calls it."""
     try:
         number = int(str(value).strip())
@@ -35,7 +38,7 @@ def to_int(value, name: str, minimum: int = 0) -> int:
     return number
 
 
-def to_port(value, name: str) -> int:
+def to_port(value: object, name: str) -> int:
     """`value` as a TCP port."""
     port = to_int(value, name, 1)
     if port > 65535:
@@ -43,11 +46,13 @@ def to_port(value, name: str) -> int:
     return port
 
 
-def read_numbers(environ: Mapping[str, str], rules: Mapping[str, int | str]) -> dict[str, int]:
+def read_numbers(
+    environ: Mapping[str, str], rules: Mapping[str, int | Literal["port"]]
+) -> dict[str, int]:
     """The variables of `rules` that are set, each checked in order against its rule (a
     minimum, or PORT). A set but malformed variable is named before any missing one, so
     the user fixes the mistake rather than a symptom. An empty port counts as unset."""
-    values = {}
+    values: dict[str, int] = {}
     for name, rule in rules.items():
         value = environ.get(name)
         if value is None or (rule == PORT and not value):
@@ -101,6 +106,7 @@ def master(
         addr = to_host(environ["MASTER_ADDR"], "MASTER_ADDR")
     else:
         addr = None
+    port: int | None
     if options.port is not None:
         port = to_port(options.port, options.name("port"))
     elif "MASTER_PORT" in environ:
@@ -134,27 +140,40 @@ def listed_device(options: LaunchOptions, local_rank: int, source: str) -> int:
     return options.device_list[local_rank]
 
 
-def check_device(ctx: LaunchContext, kind, source: str) -> LaunchContext:
+def device_source(options: LaunchOptions, rank_source: str) -> str:
+    """What chose a process's device, for check_device's message: the device option, the
+    device list, or else `rank_source` (the local rank's variable)."""
+    if options.gpu is not None:
+        return options.name("gpu")
+    return options.name("device_list") if options.device_list else rank_source
+
+
+def check_device(ctx: LaunchContext, kind: DeviceKind | None, source: str) -> LaunchContext:
     """`ctx`, once its device index is below the visible devices of `kind` (accelerators)."""
     if kind is None or not kind.is_accelerator:
         return ctx
     count = kind.device_count()
     if ctx.device_index >= count:
         var = kind.visible_devices_env
-        shown = f"{var}={os.environ[var]!r}" if var in os.environ else f"{var} unset"
+        if var is None:  # a kind of the user's own may have no visible-devices variable
+            shown = ""
+        elif var in os.environ:
+            shown = f" ({var}={os.environ[var]!r})"
+        else:
+            shown = f" ({var} unset)"
         name = (
             f"{source} {ctx.device_index}"
             if source.startswith("--")
             else f"{source}={ctx.device_index!r}"
         )
         raise UsageError(
-            f"{name} but only {count} {kind.name} device(s) are visible ({shown}): "
+            f"{name} but only {count} {kind.name} device(s) are visible{shown}: "
             f"use an index below {count}"
         )
     return ctx
 
 
-def check_below(name: str, value: int, limit_name: str, limit: int, explain: str = ""):
+def check_below(name: str, value: int, limit_name: str, limit: int, explain: str = "") -> None:
     """UsageError unless `value` < `limit`."""
     if value >= limit:
         raise UsageError(f"{name}={value} is not below {limit_name}={limit}{explain}")
@@ -166,7 +185,7 @@ def check_ranks(
     local_rank: int,
     local_world_size: int,
     names: tuple[str, str, str, str],
-):
+) -> None:
     """Ranks below their sizes, and the same number of ranks on every node."""
     rank_name, world_name, local_name, local_world_name = names
     check_below(rank_name, rank, world_name, world_size, f": ranks run from 0 to {world_size - 1}")
@@ -178,7 +197,7 @@ def check_ranks(
         )
 
 
-def refuse_spawning(options: LaunchOptions):
+def refuse_spawning(options: LaunchOptions) -> None:
     """A launcher started this process: --multiprocessing-distributed would start more."""
     if options.multiprocessing_distributed:
         flag = options.name("multiprocessing_distributed")
@@ -188,7 +207,7 @@ def refuse_spawning(options: LaunchOptions):
         )
 
 
-def check_gpu_agrees(options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK"):
+def check_gpu_agrees(options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK") -> None:
     """Under a launcher the device is the local rank: a different --gpu is a mistake."""
     if options.gpu is not None and options.gpu != local_rank:
         raise UsageError(
@@ -198,7 +217,9 @@ def check_gpu_agrees(options: LaunchOptions, local_rank: int, variable: str = "L
         )
 
 
-def check_local_rank_agrees(options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK"):
+def check_local_rank_agrees(
+    options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK"
+) -> None:
     """The --local-rank argument a launcher appended must match what it exported."""
     if options.local_rank is not None and options.local_rank != local_rank:
         raise UsageError(

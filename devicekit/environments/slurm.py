@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.hostlist import first_host
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     DEFAULT_PORT,
     PORT,
@@ -28,6 +29,7 @@ from devicekit.environments.reading import (
     to_int,
 )
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 _LAYOUT_VARIABLES = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 _NODE_LISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
@@ -108,10 +110,12 @@ class Slurm(LaunchEnvironment):
         "MASTER_PORT",
     )
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return count(environ, "SLURM_NTASKS") > 1 and "SLURM_PROCID" in environ
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         values = read_numbers(
             environ,
             {
@@ -134,6 +138,7 @@ class Slurm(LaunchEnvironment):
             f": ranks run from 0 to {world_size - 1}",
         )
         layout = next((variable for variable in _LAYOUT_VARIABLES if environ.get(variable)), None)
+        layout_shown = "" if layout is None else f"{layout}={environ[layout]!r}"
         runs = [(world_size, 1)] if layout is None else tasks_per_node(layout, environ[layout])
         if _nodes(runs) == 1:
             # One count: every node runs that many tasks.
@@ -146,7 +151,7 @@ class Slurm(LaunchEnvironment):
             runs = [(tasks, world_size // tasks)]
         elif sum(tasks * nodes for tasks, nodes in runs) != world_size:
             raise UsageError(
-                f"{layout}={environ[layout]!r} adds up to "
+                f"{layout_shown} adds up to "
                 f"{sum(tasks * nodes for tasks, nodes in runs)} tasks but "
                 f"SLURM_NTASKS={world_size}"
             )
@@ -156,7 +161,7 @@ class Slurm(LaunchEnvironment):
             node_rank = _node_of(runs, rank)
         if node_rank >= nnodes:
             told = (
-                f"{layout}={environ[layout]!r} describes"
+                f"{layout_shown} describes"
                 if layout
                 else "SLURM_NTASKS alone describes (no tasks-per-node variable is set)"
             )

@@ -5,10 +5,14 @@ reference ImageNet example's meaning); the master is the init method URL, --addr
 MASTER_ADDR/MASTER_PORT, or loopback and a free port on one node. The ranks meet in
 devicekit's rendezvous."""
 
+from collections.abc import Mapping
+
 from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import DEFAULT_PORT, master, nodes_from_options, to_int
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 
 class Spawn(LaunchEnvironment):
@@ -16,10 +20,12 @@ class Spawn(LaunchEnvironment):
     variables = ("MASTER_ADDR", "MASTER_PORT")
     started_by_launcher = False
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return options.multiprocessing_distributed
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         if options.device_list:
             nprocs = len(options.device_list)
             listed = ",".join(map(str, options.device_list))

@@ -24,6 +24,7 @@ from devicekit.environments.reading import (
     to_host,
 )
 from devicekit.errors import UsageError
+from devicekit.kinds.base import DeviceKind
 
 RANK_VARIABLES = (
     "RANK",
@@ -48,7 +49,11 @@ def has_rank_variables(environ: Mapping[str, str]) -> bool:
 
 
 def rank_variables_context(
-    name: str, launcher_store: bool, options: LaunchOptions, environ: Mapping[str, str], kind
+    name: str,
+    launcher_store: bool,
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    kind: DeviceKind | None,
 ) -> LaunchContext:
     """The context torchrun's variables describe, as environment `name`."""
     refuse_spawning(options)
@@ -120,8 +125,10 @@ class Torchrun(LaunchEnvironment):
     name = "torchrun"
     variables = RANK_VARIABLES + ("TORCHELASTIC_RUN_ID",)
 
-    def detect(self, environ, options):
+    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return has_rank_variables(environ) and "TORCHELASTIC_RUN_ID" in environ
 
-    def context(self, options, environ, kind):
+    def context(
+        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+    ) -> LaunchContext:
         return rank_variables_context(self.name, True, options, environ, kind)

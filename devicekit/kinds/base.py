@@ -2,11 +2,16 @@
 
 import abc
 import os
-from collections.abc import Mapping, MutableMapping
+import types
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from devicekit.errors import UsageError
+
+if TYPE_CHECKING:  # devicekit.environments imports this module
+    from devicekit.environments.context import LaunchContext
 
 _DTYPES = {
     "float16": torch.float16,
@@ -15,6 +20,23 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
+
+
+class Profiler(Protocol):
+    """What `DeviceKind.profiler()` returns: a context manager whose `step()` advances the
+    schedule (torch.profiler.profile, or torch_npu's own profile class on an NPU)."""
+
+    def __enter__(self) -> "Profiler": ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+        /,
+    ) -> bool | None: ...
+
+    def step(self) -> None: ...
 
 
 class DeviceKind(abc.ABC):
@@ -52,7 +74,7 @@ class DeviceKind(abc.ABC):
         """Whether auto-detection should say why it skipped this kind (its stack is installed)."""
         return False
 
-    def visible_devices(self, environ: Mapping[str, str]) -> list[int | str] | None:
+    def visible_devices(self, environ: Mapping[str, str]) -> Sequence[int | str] | None:
         """The visible-devices list parsed and validated, or None when the variable is unset."""
         return None
 
@@ -69,7 +91,7 @@ class DeviceKind(abc.ABC):
         """The torch.device for local device `index` (or the kind's device when None)."""
         return torch.device(self.name) if index is None else torch.device(self.name, index)
 
-    def device_for(self, ctx) -> torch.device:
+    def device_for(self, ctx: "LaunchContext") -> torch.device:
         """The torch.device the rank described by LaunchContext `ctx` computes on."""
         return self.device(ctx.device_index) if self.is_accelerator else self.device()
 
@@ -163,7 +185,7 @@ class DeviceKind(abc.ABC):
         """The device type torch.autocast takes for this kind."""
         return self.name
 
-    def grad_scaler(self, enabled: bool, **kwargs) -> torch.amp.GradScaler:
+    def grad_scaler(self, enabled: bool, **kwargs: Any) -> torch.amp.GradScaler:
         """A GradScaler for this kind (a no-op one when not `enabled`)."""
         return torch.amp.GradScaler(self.name, enabled=enabled, **kwargs)
 
@@ -179,8 +201,8 @@ class DeviceKind(abc.ABC):
     profiler_activities: tuple[str, ...] = ("CPU",)  # torch.profiler.ProfilerActivity's
 
     def profiler(
-        self, output_dir: str, wait: int, warmup: int, active: int, repeat: int, **options
-    ) -> torch.profiler.profile:
+        self, output_dir: str, wait: int, warmup: int, active: int, repeat: int, **options: Any
+    ) -> Profiler:
         """torch.profiler over this kind's activities on a `wait/warmup/active` schedule,
         writing a trace (TensorBoard's profiler view and Perfetto open it) to `output_dir`."""
         activities = [
@@ -210,9 +232,10 @@ class AcceleratorKind(DeviceKind):
     check_hint: str = ""  # what to look at when none is visible
 
     @property
-    def module(self):
+    def module(self) -> types.ModuleType:
         """The torch device module (`torch.cuda`, `torch.npu`, ...)."""
-        return torch.get_device_module(self.name)
+        module: types.ModuleType = torch.get_device_module(self.name)
+        return module
 
     @staticmethod
     def accelerator_type() -> str | None:
@@ -233,20 +256,22 @@ class AcceleratorKind(DeviceKind):
         self.visible_devices(os.environ)
         if self.module.device_count() == 0:
             var = self.visible_devices_env
-            return False, (
-                f"no {self.device_noun} is visible ({var}={os.environ.get(var)!r}); "
-                f"{self.check_hint}"
-            )
+            shown = "" if var is None else f" ({var}={os.environ.get(var)!r})"
+            return False, f"no {self.device_noun} is visible{shown}; {self.check_hint}"
         return True, ""
 
     def device_count(self) -> int:
-        return self.module.device_count() if self.accelerator_type() == self.name else 0
+        if self.accelerator_type() != self.name:
+            return 0
+        count: int = self.module.device_count()
+        return count
 
     def set_device(self, index: int) -> None:
         self.module.set_device(index)
 
     def current_device(self) -> int:
-        return self.module.current_device()
+        index: int = self.module.current_device()
+        return index
 
     def synchronize(self) -> None:
         self.module.synchronize()
@@ -261,7 +286,8 @@ class AcceleratorKind(DeviceKind):
         self.module.empty_cache()
 
     def memory(self, statistic: str) -> int:
-        return getattr(self.module, statistic)()
+        figure: int = getattr(self.module, statistic)()
+        return figure
 
     def reset_peak_memory_stats(self) -> None:
         self.module.reset_peak_memory_stats()

@@ -19,12 +19,13 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 import torch
 
 from devicekit.errors import UsageError
-from devicekit.kinds.base import AcceleratorKind
+from devicekit.kinds.base import AcceleratorKind, Profiler
 from devicekit.kinds.visible import parse_ascend
 
 CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
@@ -119,25 +120,25 @@ class NpuKind(AcceleratorKind):
     default_backend = "hccl"
     accepted_backends = frozenset({"hccl"})
     backend_owner = "Ascend NPUs (Habana Gaudi uses the same name)"
-    visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+    visible_devices_env: str = "ASCEND_RT_VISIBLE_DEVICES"
     install_hint = "pip install 'devicekit[npu]'"
 
-    def __init__(self):
-        self._load_error = None
+    def __init__(self) -> None:
+        self._load_error: tuple[str, str] | None = None
         self._loaded = False
         self._compile_mode_set = False
 
-    def visible_devices(self, environ):
+    def visible_devices(self, environ: Mapping[str, str]) -> list[int] | None:
         value = environ.get(self.visible_devices_env)
         return None if value is None else parse_ascend(self.visible_devices_env, value)
 
     @staticmethod
-    def is_registered():
+    def is_registered() -> bool:
         """Whether this process's torch already has the npu device (`torch.npu`)."""
         return torch._C._get_privateuse1_backend_name() == "npu" and hasattr(torch, "npu")
 
     @classmethod
-    def is_installed(cls):
+    def is_installed(cls) -> bool:
         """Whether torch_npu can be found (without importing it), or torch has the npu
         device already."""
         return (
@@ -146,10 +147,10 @@ class NpuKind(AcceleratorKind):
             or importlib.util.find_spec("torch_npu") is not None
         )
 
-    def worth_a_warning_when_skipped(self):
+    def worth_a_warning_when_skipped(self) -> bool:
         return self.is_installed()
 
-    def load_state(self):
+    def load_state(self) -> tuple[str, str]:
         """Import torch_npu once; return (state, reason) with state one of
         "ok", "not installed", "CANN missing", "import failed"."""
         if self._loaded or self.is_registered():
@@ -187,7 +188,7 @@ class NpuKind(AcceleratorKind):
         self._loaded = True
         return "ok", ""
 
-    def probe(self):
+    def probe(self) -> tuple[bool, str]:
         if not self.is_installed():
             return False, self.load_state()[1]
         # Validate the variable before any NPU call: the runtime would silently hide devices.
@@ -204,17 +205,18 @@ class NpuKind(AcceleratorKind):
             )
         return True, ""
 
-    def prepare_process_group(self, timeout_s, environ):
+    def prepare_process_group(self, timeout_s: float, environ: MutableMapping[str, str]) -> None:
         # HCCL waits HCCL_CONNECT_TIMEOUT (default 120 s, range 120..7200) for links,
         # independently of torch's timeout; follow --dist-timeout unless the user set it.
         environ.setdefault("HCCL_CONNECT_TIMEOUT", str(int(min(max(timeout_s, 120), 7200))))
 
-    def device_count(self):
+    def device_count(self) -> int:
         if self.load_state()[0] != "ok":
             return 0
-        return self.module.device_count()
+        count: int = self.module.device_count()
+        return count
 
-    def set_device(self, index):
+    def set_device(self, index: int) -> None:
         jit_compile = jit_compile_override(os.environ)
         self.module.set_device(index)
         if self._compile_mode_set:
@@ -226,13 +228,16 @@ class NpuKind(AcceleratorKind):
             self.module.set_compile_mode(jit_compile=jit_compile)
         self._compile_mode_set = True
 
-    def grad_scaler(self, enabled, **kwargs):
+    def grad_scaler(self, enabled: bool, **kwargs: Any) -> torch.amp.GradScaler:
         # torch_npu's subclass of torch.amp.GradScaler, as Ascend's migration guide uses:
         # on chips that saturate instead of producing inf/nan (910A) it reads the overflow
         # flag torch's own class cannot see, and `dynamic=False` gives a static loss scale.
-        return self.module.amp.GradScaler(enabled=enabled, **kwargs)
+        scaler: torch.amp.GradScaler = self.module.amp.GradScaler(enabled=enabled, **kwargs)
+        return scaler
 
-    def profiler(self, output_dir, wait, warmup, active, repeat, **options):
+    def profiler(
+        self, output_dir: str, wait: int, warmup: int, active: int, repeat: int, **options: Any
+    ) -> Profiler:
         # torch.profiler does not see the NPU: torch_npu's profiler records its operators
         # (CANN's msprof underneath) and writes the trace layout TensorBoard's Ascend
         # profiler plugin reads. Where torch.npu was registered without torch_npu (the
@@ -241,7 +246,7 @@ class NpuKind(AcceleratorKind):
             return super().profiler(output_dir, wait, warmup, active, repeat, **options)
         import torch_npu.profiler
 
-        return torch_npu.profiler.profile(
+        profiler: Profiler = torch_npu.profiler.profile(
             activities=[
                 torch_npu.profiler.ProfilerActivity.CPU,
                 torch_npu.profiler.ProfilerActivity.NPU,
@@ -252,3 +257,4 @@ class NpuKind(AcceleratorKind):
             on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(output_dir),
             **options,
         )
+        return profiler

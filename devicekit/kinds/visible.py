@@ -1,6 +1,7 @@
 """Parsing and validating the visible-devices variables before any device call."""
 
 import re
+from collections.abc import Iterable
 
 from devicekit.errors import UsageError
 
@@ -8,13 +9,13 @@ _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]+")
 _ID = re.compile(r"[0-9]{1,9}")
 
 
-def is_device_id(entry):
+def is_device_id(entry: str) -> bool:
     """Whether `entry` is a device id as the runtimes read one: ASCII digits only ("²" and
     "٣" pass str.isdigit(), and no runtime takes them)."""
     return _ID.fullmatch(entry) is not None
 
 
-def split_entries(var, value):
+def split_entries(var: str, value: str) -> list[str]:
     """The comma-separated entries of a visible-devices value (none for an empty one)."""
     value = value.strip()
     if value == "":
@@ -28,9 +29,9 @@ def split_entries(var, value):
     return entries
 
 
-def check_distinct(var, value, entries):
+def check_distinct(var: str, value: str, entries: Iterable[str]) -> None:
     """UsageError when a device is listed twice (`1` and `01` are the same device)."""
-    seen = set()
+    seen: set[tuple[int, ...] | str] = set()
     for entry in entries:
         key = (
             tuple(map(int, entry.split(".")))
@@ -42,7 +43,7 @@ def check_distinct(var, value, entries):
         seen.add(key)
 
 
-def parse_ascend(var, value):
+def parse_ascend(var: str, value: str) -> list[int]:
     """Parse ASCEND_RT_VISIBLE_DEVICES: distinct device ids in ascending order.
 
     The Ascend runtime silently drops devices after a malformed entry and reports no
@@ -65,7 +66,7 @@ def parse_ascend(var, value):
     return ids
 
 
-def parse_cuda(var, value):
+def parse_cuda(var: str, value: str) -> list[int | str]:
     """Parse CUDA_VISIBLE_DEVICES: distinct integer ids or GPU-/MIG- UUIDs (any order)."""
     entries = split_entries(var, value)
     for entry in entries:

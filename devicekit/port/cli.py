@@ -16,10 +16,12 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
-from devicekit.errors import EXIT_USAGE, UsageError
-from devicekit.port.engine import ParseFailure, one_line, parse, port_parsed
+import libcst as cst
+
+from devicekit.errors import EXIT_USAGE, UsageError, one_line
+from devicekit.port.engine import ParseFailure, parse, port_parsed
 from devicekit.port.report import FileReport, human, to_json
 
 _SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
@@ -28,14 +30,11 @@ _SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
 class BadInput(UsageError):
     """Input that cannot be ported (the message names it, on one line)."""
 
-    def __init__(self, message: str):
-        super().__init__(one_line(message))
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line on stderr and exit code 2."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         print(
             f"{self.prog}: error: {one_line(message)} (see: {self.prog} --help)",
             file=sys.stderr,
@@ -120,9 +119,13 @@ def collect(paths: Sequence[str]) -> list[tuple[Path, Path]]:
     return found
 
 
-def _read_all(files: list[tuple[Path, Path]]):
+# (file, the root it was found under, its bytes, its parsed module)
+_Read = tuple[Path, Path, bytes, cst.Module]
+
+
+def _read_all(files: list[tuple[Path, Path]]) -> list[_Read]:
     """[(file, root, original bytes, parsed module)] or BadInput for the first that fails."""
-    parsed = []
+    parsed: list[_Read] = []
     for file, root in files:
         try:
             source = file.read_bytes()
@@ -135,7 +138,7 @@ def _read_all(files: list[tuple[Path, Path]]):
     return parsed
 
 
-def _destinations(files, out: str | None) -> dict[Path, Path]:
+def _destinations(files: list[_Read], out: str | None) -> dict[Path, Path]:
     """Where --out writes each file: DIR/<its path below the common root of the inputs>."""
     if out is None:
         return {}
@@ -285,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     """`devicekit port` with `argv` (the arguments after "port"); the exit code."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # `port a.py --write b.py` too
     try:
         return run(args)
     except UsageError as error:

@@ -39,20 +39,9 @@ _FIX_ENCODING = (
 _TOO_DEEP = "split the expression or the chain of elif/else branches up and run again"
 
 
-def one_line(text: str) -> str:
-    """`text` with what would end or break its line (newlines, other control characters,
-    U+2028) escaped as Python writes them."""
-    return "".join(
-        c if c.isprintable() or c == " " else c.encode("unicode_escape").decode() for c in text
-    )
-
-
 class ParseFailure(UsageError):
     """A file that cannot be read as Python or cannot be ported; the message is one line
     that gives the file's line and what to do."""
-
-    def __init__(self, message: str):
-        super().__init__(one_line(message))
 
 
 def line_at(source: bytes, offset: int) -> int:
@@ -125,11 +114,13 @@ def _deepest_line(source: bytes) -> int:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return _longest_statement_line(source)
-    deepest, line, stack = -1, 1, [(tree, 0)]
+    deepest, line = -1, 1
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
-        if depth > deepest and getattr(node, "lineno", None):
-            deepest, line = depth, node.lineno
+        lineno: int | None = getattr(node, "lineno", None)
+        if depth > deepest and lineno:
+            deepest, line = depth, lineno
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return line
 
@@ -275,35 +266,41 @@ def _with_source_lines(ported: bytes, source: bytes) -> bytes:
     return b"".join(out)
 
 
-def _dropped_tail(original: cst.Module, source: bytes) -> list[bytes]:
-    """The blank and comment lines at the end of `source` that libcst's tree of it lost:
-    it drops indented ones after the last top-level statement (`x = 1\\n  # note`)."""
-    lines = source.splitlines(keepends=True)
-    tail = len(lines)
-    while tail and _EMPTY_LINE.fullmatch(_key(lines[tail - 1])):
-        tail -= 1
-    if not any(line[:1] in (b" ", b"\t", b"\f") for line in lines[tail:]):
-        return []
-    kept = original.bytes.splitlines(keepends=True)
-    if len(kept) >= len(lines) or [_key(line) for line in kept] != [
-        _key(line) for line in lines[: len(kept)]
-    ]:
-        return []
-    lost = lines[len(kept) :]
-    return lost if all(_EMPTY_LINE.fullmatch(_key(line)) for line in lost) else []
+def _empty_tail(lines: list[bytes]) -> list[bytes]:
+    """The blank and comment-only lines that end `lines`."""
+    end = len(lines)
+    while end and _EMPTY_LINE.fullmatch(_key(lines[end - 1])):
+        end -= 1
+    return lines[end:]
+
+
+def _with_source_tail(ported: bytes, original: cst.Module, source: bytes) -> bytes:
+    """`ported` ending in the blank and comment lines that end `source`, where libcst's
+    tree of it (`original`) lost some: it drops an indented comment after the last
+    top-level statement, and blank lines around it (`x = 1\\n\\n  # note`)."""
+    tail = _empty_tail(source.splitlines(keepends=True))
+    if not tail:
+        return ported
+    kept = _empty_tail(original.bytes.splitlines(keepends=True))
+    if [_key(line) for line in kept] == [_key(line) for line in tail]:
+        return ported
+    lines = ported.splitlines(keepends=True)
+    head = lines[: len(lines) - len(kept)]
+    if [_key(line) for line in lines[len(head) :]] != [_key(line) for line in kept]:
+        return ported  # the port changed the end: leave it as it is
+    if head and not head[-1].endswith(_LINE_END):
+        head[-1] += _first_newline(source)
+    return b"".join(head + tail)
 
 
 def render(module: cst.Module, source: bytes, original: cst.Module | None = None) -> bytes:
     """The bytes of `module`, the ported tree of `source` (parsed as `original`): each line
     that the port left as it was is `source`'s own line, byte for byte, where libcst would
     write it otherwise (a file of mixed line endings is parsed with one; libcst drops a form
-    feed that starts a line, and indented comments after the last statement)."""
+    feed that starts a line, and comments and blank lines at the end of some files)."""
     ported = module.bytes
-    lost = _dropped_tail(original, source) if original is not None else []
-    if lost:
-        if ported and not ported.endswith(_LINE_END):
-            ported += _first_newline(source)
-        ported += b"".join(lost)
+    if original is not None:
+        ported = _with_source_tail(ported, original, source)
     return _with_source_lines(ported, source)
 
 

@@ -51,7 +51,7 @@ class Facts(cst.BatchableCSTVisitor):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, ScopeProvider)
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.values: dict[str, list[cst.BaseExpression]] = defaultdict(list)
         self.kinds: dict[str, set[str]] = defaultdict(set)  # name -> {"device", "rank"}
@@ -60,7 +60,8 @@ class Facts(cst.BatchableCSTVisitor):
         self.flags: set[str] = set()  # every option string given to add_argument
         self._spawned: list[cst.Call] = []
         self._functions: dict[str, cst.FunctionDef] = {}
-        self._calls: list[cst.Call] = []  # calls of a plain name: maybe a function here
+        # calls of a plain name (that name, the call): maybe a function here
+        self._calls: list[tuple[str, cst.Call]] = []
         self._plain_functions: dict[str, cst.FunctionDef] = {}
         self._defined_twice: set[str] = set()  # and method names: calls are not followed
         # id() of a Name that can only be a function's parameter -> (id(function), param)
@@ -80,8 +81,9 @@ class Facts(cst.BatchableCSTVisitor):
             self.values[name].append(value)
             if self._is_device_object(value):
                 self.kinds[name].add("device")
+            alias = _target_name(value)
             if self._is_rank_source(value) or (  # device = rank: an alias of a rank
-                _target_name(value) is not None and names.is_rank_like(_target_name(value))
+                alias is not None and names.is_rank_like(alias)
             ):
                 self.kinds[name].add("rank")
 
@@ -103,8 +105,9 @@ class Facts(cst.BatchableCSTVisitor):
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         for operand in [node.left] + [c.comparator for c in node.comparisons]:
-            if string_value(operand) in ACCELERATOR_TYPES:
-                self.compared_kinds.add(string_value(operand))
+            kind = string_value(operand)
+            if kind is not None and kind in ACCELERATOR_TYPES:
+                self.compared_kinds.add(kind)
 
     def visit_Name(self, node: cst.Name) -> None:
         scope = self.get_metadata(ScopeProvider, node, None)
@@ -112,26 +115,22 @@ class Facts(cst.BatchableCSTVisitor):
             return
         assignments = list(scope[node.value])  # of this scope, or one it is nested in
         owners = {id(a.scope) for a in assignments}
-        if (
-            assignments
-            and len(owners) == 1
-            and all(
-                isinstance(a, cst.metadata.Assignment)
-                and isinstance(a.node, cst.Param)
-                and isinstance(a.scope, FunctionScope)
-                for a in assignments
-            )
+        owner = assignments[0].scope if len(owners) == 1 else None
+        if isinstance(owner, FunctionScope) and all(
+            isinstance(a, cst.metadata.Assignment) and isinstance(a.node, cst.Param)
+            for a in assignments
         ):
-            self._parameter_of[id(node)] = (id(assignments[0].scope.node), node.value)
+            self._parameter_of[id(node)] = (id(owner.node), node.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name):
-            self._calls.append(node)
+            self._calls.append((node.func.value, node))
         if self._is_rank_source(node):  # x.to(int(os.environ["LOCAL_RANK"])), written inline
             self._rank_calls.add(id(node))
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
             dest = _dest(node)
-            self.flags.update(string_value(a.value) for a in node.args if a.keyword is None)
+            flags = (string_value(a.value) for a in node.args if a.keyword is None)
+            self.flags.update(flag for flag in flags if flag is not None)
             for arg in node.args:
                 if arg.keyword is not None and arg.keyword.value == "default":
                     self._assigned(dest, arg.value)
@@ -146,9 +145,9 @@ class Facts(cst.BatchableCSTVisitor):
         """Mark the parameters every call in this file passes a rank (or a parameter
         already marked), until nothing changes."""
         passed: dict[tuple[int, str], list[cst.BaseExpression]] = defaultdict(list)
-        for call in self._calls:
-            function = self._plain_functions.get(call.func.value)
-            if function is None or call.func.value in self._defined_twice:
+        for called, call in self._calls:
+            function = self._plain_functions.get(called)
+            if function is None or called in self._defined_twice:
                 continue
             params = [p.name.value for p in function.params.params]
             keywords = params + [p.name.value for p in function.params.kwonly_params]

@@ -3,14 +3,19 @@ torch (and torch_npu) submodule imports the rewrites left unused (`from torch.cu
 import autocast`) removed. `import torch` itself is never removed; torch_npu's side-effect
 imports are npu_imports.py's."""
 
+from typing import TypeVar
+
 import libcst as cst
 from libcst.metadata import GlobalScope, MetadataWrapper, ScopeProvider
 
 from devicekit.port.names import TORCH_NPU
 
+_Import = cst.Import | cst.ImportFrom
+_ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
+
 
 def _bound_name(alias: cst.ImportAlias) -> str:
-    if alias.asname is not None:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
         return alias.asname.name.value
     return cst.Module(body=[]).code_for_node(alias.name).split(".")[0]
 
@@ -40,14 +45,14 @@ def import_uses(module: cst.Module) -> dict[str, int]:
     return uses
 
 
-def _imported(statement, alias) -> str:
+def _imported(statement: _Import, alias: cst.ImportAlias) -> str:
     """The module or name an import alias brings in, in full (`torch_npu.contrib.
     transfer_to_npu` for `from torch_npu.contrib import transfer_to_npu`)."""
     name = cst.Module(body=[]).code_for_node(alias.name)
     return f"{_module_of(statement)}.{name}" if isinstance(statement, cst.ImportFrom) else name
 
 
-def _is_torch_submodule(statement, alias) -> bool:
+def _is_torch_submodule(statement: _Import, alias: cst.ImportAlias) -> bool:
     if _imported(statement, alias).split(".")[0] == TORCH_NPU:
         return True
     if isinstance(statement, cst.ImportFrom):
@@ -57,7 +62,7 @@ def _is_torch_submodule(statement, alias) -> bool:
     )
 
 
-def _import_statements(module: cst.Module) -> list[cst.BaseSmallStatement]:
+def _import_statements(module: cst.Module) -> list[_Import]:
     return [
         small
         for line in module.body
@@ -68,11 +73,11 @@ def _import_statements(module: cst.Module) -> list[cst.BaseSmallStatement]:
 
 
 class _DropAliases(cst.CSTTransformer):
-    def __init__(self, unused: set[str]):
+    def __init__(self, unused: set[str]) -> None:
         super().__init__()
         self.unused = unused
 
-    def _keep(self, updated):
+    def _keep(self, updated: _ImportT) -> _ImportT | cst.RemovalSentinel:
         if isinstance(updated.names, cst.ImportStar):
             return updated
         kept = [a for a in updated.names if _bound_name(a) not in self.unused]
@@ -83,16 +88,20 @@ class _DropAliases(cst.CSTTransformer):
         kept[-1] = kept[-1].with_changes(comma=updated.names[-1].comma)
         return updated.with_changes(names=kept)
 
-    def leave_Import(self, original_node, updated_node):
+    def leave_Import(
+        self, original_node: cst.Import, updated_node: cst.Import
+    ) -> cst.Import | cst.RemovalSentinel:
         return self._keep(updated_node)
 
-    def leave_ImportFrom(self, original_node, updated_node):
+    def leave_ImportFrom(
+        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.RemovalSentinel:
         return self._keep(updated_node)
 
-    def visit_FunctionDef(self, node) -> bool:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False  # top-level imports only
 
-    def visit_ClassDef(self, node) -> bool:
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return False
 
 
@@ -139,7 +148,7 @@ def _binds_devicekit(module: cst.Module) -> bool:
 
 
 class _FindDevicekit(cst.CSTVisitor):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.found = False
 

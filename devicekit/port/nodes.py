@@ -2,13 +2,24 @@
 accelerator device strings ("cuda", "npu:0", f"cuda:{i}", "npu:%d" % i,
 "cuda:{}".format(i)) and collective backend names ("nccl", "hccl")."""
 
+import enum
 from collections.abc import Sequence
+from typing import Final, TypeGuard
 
 import libcst as cst
 import libcst.matchers as m
 
 _EMPTY = cst.Module(body=[])
-NOT_DEVICE = object()  # parse_device_string's answer for "not a device string"
+
+
+class _NotDevice(enum.Enum):
+    """parse_device_string's answer for "not a device string": the one member of an enum,
+    so that `is not NOT_DEVICE` tells a type checker what is left."""
+
+    NOT_DEVICE = enum.auto()
+
+
+NOT_DEVICE: Final = _NotDevice.NOT_DEVICE
 ACCELERATOR_TYPES = ("cuda", "npu")  # the device types a device string is ported from
 _PREFIXES = tuple(f"{kind}:" for kind in ACCELERATOR_TYPES)  # "cuda:", "npu:"
 BACKENDS = ("nccl", "hccl")  # their collective backends
@@ -40,7 +51,7 @@ def device_str(index: cst.BaseExpression | None) -> cst.BaseExpression:
     return cst.Call(func=cst.Name("str"), args=[cst.Arg(device_call(index))])
 
 
-def is_devicekit_call(node: cst.CSTNode, name: str) -> bool:
+def is_devicekit_call(node: cst.CSTNode, name: str) -> TypeGuard[cst.Call]:
     """Whether `node` is `devicekit.<name>(...)`."""
     return (
         isinstance(node, cst.Call)
@@ -67,10 +78,10 @@ def _with_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return [arg.with_changes(comma=comma) for arg in args[:-1]] + args[-1:]
 
 
-def bound_args(call: cst.Call, params: Sequence[str]) -> dict:
+def bound_args(call: cst.Call, params: Sequence[str]) -> dict[str, cst.Arg]:
     """{parameter name: Arg} for `call`'s plain positional and keyword arguments (a call
     with *args or **kwargs gives {})."""
-    found = {}
+    found: dict[str, cst.Arg] = {}
     for position, arg in enumerate(call.args):
         if arg.star:
             return {}
@@ -94,7 +105,7 @@ def is_backend_name(node: cst.CSTNode) -> bool:
     return string_value(node) in BACKENDS
 
 
-def parse_device_string(node: cst.CSTNode):
+def parse_device_string(node: cst.CSTNode) -> cst.BaseExpression | _NotDevice | None:
     """For an accelerator device string: None ("cuda", "npu": no index) or the index
     expression ("cuda:1", f"npu:{i}", "cuda:%d" % i, "npu:{}".format(i), "cuda:" + str(i));
     NOT_DEVICE for anything else."""
@@ -140,7 +151,9 @@ def parse_device_string(node: cst.CSTNode):
     return NOT_DEVICE
 
 
-def _formatted_index(parts):
+def _formatted_index(
+    parts: Sequence[cst.BaseFormattedStringContent],
+) -> cst.BaseExpression | _NotDevice | None:
     texts = [p for p in parts if isinstance(p, cst.FormattedStringText)]
     expressions = [p for p in parts if isinstance(p, cst.FormattedStringExpression)]
     if not expressions:

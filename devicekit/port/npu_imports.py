@@ -5,7 +5,7 @@ the NPU), wherever they are: at the top, under `if torch.__version__ >= "1.8":`,
 devicekit imports torch_npu itself where there is an NPU. One still needed stays, and is
 reported with what still needs it."""
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -32,6 +32,9 @@ _STILL_NEEDED = {
 }
 
 
+_ImportT = TypeVar("_ImportT", cst.Import, cst.ImportFrom)
+
+
 class SideEffectImport(NamedTuple):
     imported: str  # "torch_npu" or "torch_npu.contrib.transfer_to_npu"
     line: int
@@ -53,11 +56,11 @@ def _aliases(statement: cst.CSTNode) -> list[cst.ImportAlias]:
 class _Find(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.found: list[SideEffectImport] = []
 
-    def _statement(self, node) -> None:
+    def _statement(self, node: cst.Import | cst.ImportFrom) -> None:
         for alias in _aliases(node):
             if _imported(node, alias) in _STILL_NEEDED:
                 line = self.get_metadata(PositionProvider, node).start.line
@@ -81,7 +84,7 @@ class _Reads(cst.CSTVisitor):
     """What a ported module still reads of what the imports give (not counting code under
     `if devicekit.device_type() == "npu":`, where devicekit has imported torch_npu)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.needed: set[str] = set()
 
@@ -113,12 +116,12 @@ class _Reads(cst.CSTVisitor):
 class _Drop(cst.CSTTransformer):
     """Removes the side-effect imports of `drop`, and an `if` or `try` left empty by it."""
 
-    def __init__(self, drop: set[str]):
+    def __init__(self, drop: set[str]) -> None:
         super().__init__()
         self.drop = drop
         self.emptied = 0
 
-    def _keep(self, original, updated):
+    def _keep(self, updated: _ImportT) -> _ImportT | cst.RemovalSentinel:
         kept = [a for a in _aliases(updated) if _imported(updated, a) not in self.drop]
         if len(kept) == len(_aliases(updated)):
             return updated
@@ -128,7 +131,15 @@ class _Drop(cst.CSTTransformer):
         kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=kept)
 
-    leave_Import = leave_ImportFrom = _keep
+    def leave_Import(
+        self, original_node: cst.Import, updated_node: cst.Import
+    ) -> cst.Import | cst.RemovalSentinel:
+        return self._keep(updated_node)
+
+    def leave_ImportFrom(
+        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+    ) -> cst.ImportFrom | cst.RemovalSentinel:
+        return self._keep(updated_node)
 
     @staticmethod
     def _only_pass(block: cst.BaseSuite) -> bool:
@@ -139,7 +150,7 @@ class _Drop(cst.CSTTransformer):
             for line in lines
         )
 
-    def leave_If(self, original: cst.If, updated: cst.If):
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If | cst.RemovalSentinel:
         # `if torch.__version__ >= "1.8": import torch_npu`; a test that may do something
         # (`if setup():`) stays, and the branch becomes `pass`.
         if (
@@ -152,7 +163,7 @@ class _Drop(cst.CSTTransformer):
             return cst.RemoveFromParent()
         return updated
 
-    def leave_Try(self, original: cst.Try, updated: cst.Try):
+    def leave_Try(self, original: cst.Try, updated: cst.Try) -> cst.Try | cst.RemovalSentinel:
         # try: import torch_npu / except ImportError: ...; an `else:` or `finally:` stays.
         if (
             self.emptied

@@ -45,7 +45,7 @@ class FileReport:
     info: list[Info] = dataclasses.field(default_factory=list)
     output: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         """This file's entry in the JSON report."""
         return {
             "path": self.path,
@@ -71,7 +71,7 @@ def summary(files: list[FileReport]) -> dict[str, object]:
     }
 
 
-def to_json(files: list[FileReport], mode: str, exit_code: int) -> dict:
+def to_json(files: list[FileReport], mode: str, exit_code: int) -> dict[str, object]:
     """The machine-readable report (`--report FILE.json`)."""
     counts = summary(files)
     counts["exit_code"] = exit_code

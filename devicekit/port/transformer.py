@@ -13,6 +13,8 @@ the updated one, so nested rewrites compose: `torch.device("cuda" if
 torch.cuda.is_available() else "cpu")` ends as `devicekit.device()`.
 """
 
+from typing import TypeVar, overload
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
@@ -24,6 +26,7 @@ from devicekit.port._plugins import (
     LEAVE_RULES,
     REFERENCE_RULES,
     UNPORTED_CALL_RULES,
+    LeaveResult,
 )
 from devicekit.port.facts import Facts
 from devicekit.port.nodes import (
@@ -39,6 +42,8 @@ from devicekit.port.nodes import (
 )
 from devicekit.port.report import Change, Info, Manual
 
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
 
 def _short(text: str, limit: int = 100) -> str:
     text = " ".join(text.split())
@@ -50,7 +55,7 @@ class PortTransformer(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, module: cst.Module, facts: Facts):
+    def __init__(self, module: cst.Module, facts: Facts) -> None:
         super().__init__()
         self.module, self.facts = module, facts
         # id(original node) -> (line, rule, before, after, id()s of its ancestors)
@@ -95,7 +100,7 @@ class PortTransformer(cst.CSTTransformer):
     def _line(self, node: cst.CSTNode) -> int:
         return self.get_metadata(PositionProvider, node).start.line
 
-    def changed(self, original: cst.CSTNode, rule: str, updated: cst.CSTNode) -> cst.CSTNode:
+    def changed(self, original: cst.CSTNode, rule: str, updated: _Node) -> _Node:
         """Record that rule `rule` rewrote `original` as `updated`; `updated`."""
         self._record(original, rule, code(updated))
         return updated
@@ -105,7 +110,7 @@ class PortTransformer(cst.CSTTransformer):
         self._record(original, rule, "")
         return cst.RemoveFromParent()
 
-    def reverted(self, original: cst.CSTNode) -> cst.CSTNode:
+    def reverted(self, original: _Node) -> _Node:
         """Forget the rewrites inside `original`; `original`, to stand as it was."""
         self._rewrites = {
             key: entry for key, entry in self._rewrites.items() if id(original) not in entry[4]
@@ -237,7 +242,37 @@ class PortTransformer(cst.CSTTransformer):
 
     # -- dispatch to the plugins --------------------------------------------------------
 
-    def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+    # Each node type's rules return what libcst takes in its place, as the leave_* types of
+    # libcst.CSTTransformer declare it, one overload per kind of node. (libcst also takes
+    # the `else:` an `elif` becomes, which its leave_If type leaves out: accelerator_guard.)
+    @overload
+    def _leave(
+        self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression
+    ) -> cst.BaseExpression: ...
+
+    @overload
+    def _leave(
+        self, original_node: cst.BaseSmallStatement, updated_node: cst.BaseSmallStatement
+    ) -> (
+        cst.BaseSmallStatement | cst.FlattenSentinel[cst.BaseSmallStatement] | cst.RemovalSentinel
+    ): ...
+
+    @overload
+    def _leave(
+        self, original_node: cst.BaseStatement, updated_node: cst.BaseStatement
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel: ...
+
+    @overload
+    def _leave(
+        self, original_node: cst.Param, updated_node: cst.Param
+    ) -> cst.Param | cst.MaybeSentinel | cst.FlattenSentinel[cst.Param] | cst.RemovalSentinel: ...
+
+    @overload
+    def _leave(
+        self, original_node: cst.Decorator, updated_node: cst.Decorator
+    ) -> cst.Decorator | cst.FlattenSentinel[cst.Decorator] | cst.RemovalSentinel: ...
+
+    def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> LeaveResult:
         """The first rewrite a leave rule for this node type returns, else `updated_node`."""
         for rule in LEAVE_RULES.get(type(original_node), ()):
             result = rule(self, original_node, updated_node)
@@ -268,7 +303,9 @@ class PortTransformer(cst.CSTTransformer):
             return updated_node
         return self._reference(original_node, updated_node)
 
-    def _reference(self, original, updated):
+    def _reference(
+        self, original: cst.Name | cst.Attribute, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
         """A name at the end of its attribute chain (`torch.cuda.synchronize`), offered to
         the reference rules once per qualified name."""
         parent = self.parent(original)
@@ -293,5 +330,5 @@ class PortTransformer(cst.CSTTransformer):
                 break
         for check in UNPORTED_CALL_RULES:
             check(self, original_node, qualified)
-        result, rule = self.keywords(original_node, updated_node, qualified, method)
-        return updated_node if rule is None else self.changed(original_node, rule, result)
+        ported, rule_id = self.keywords(original_node, updated_node, qualified, method)
+        return updated_node if rule_id is None else self.changed(original_node, rule_id, ported)

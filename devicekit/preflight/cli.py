@@ -16,27 +16,17 @@ import tempfile
 from pathlib import Path
 
 from devicekit import simulate
-from devicekit.errors import EXIT_USAGE, UsageError
+from devicekit.errors import ArgumentParser, UsageError
 from devicekit.preflight import npu_ops, report
-from devicekit.preflight.checks import Context, all_checks
+from devicekit.preflight.checks import Check, Context, Finding, all_checks
 from devicekit.preflight.recording import Recording
 from devicekit.preflight.runner import run
 
 STRICT_KINDS = ("cpu-fallback", "cuda-only")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one line on stderr and exit code 2."""
-
-    def error(self, message):
-        from devicekit.port.engine import one_line
-
-        print(f"error: {one_line(message)} (see: {self.prog} --help)", file=sys.stderr, flush=True)
-        sys.exit(EXIT_USAGE)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="devicekit preflight",
         allow_abbrev=False,
         description="Run a training script here and report what it will hit on an Ascend NPU.",
@@ -81,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 _TAKES_VALUE = ("--steps", "--json", "--torch-npu", "--ops")  # the rest are flags
 
 
-def _split(argv: list[str]):
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     """(preflight's own arguments, the script's): everything after the script or after
     `-m MODULE` belongs to the script, as with `python -m cProfile`."""
     i = 0
@@ -97,7 +87,7 @@ def _split(argv: list[str]):
     return argv, []
 
 
-def _operator_list(args):
+def _operator_list(args: argparse.Namespace) -> tuple[frozenset[str], str]:
     """(the set of listed operators, the release it describes)."""
     if args.torch_npu not in (None, npu_ops.TORCH_NPU_VERSION):
         raise UsageError(
@@ -208,7 +198,7 @@ def _check_json(path: str, script: str | None) -> None:
         )
 
 
-def _check_arguments(args):
+def _check_arguments(args: argparse.Namespace) -> None:
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps {args.steps} must be at least 1")
     if args.module is None and args.script is None:
@@ -236,7 +226,7 @@ def read_arguments(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _write_json(path: str, data) -> None:
+def _write_json(path: str, data: dict[str, object]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".preflight.", dir=folder)
     try:
@@ -249,7 +239,7 @@ def _write_json(path: str, data) -> None:
         raise
 
 
-def _in_order(check, recording, context):
+def _in_order(check: Check, recording: Recording, context: Context) -> list[Finding]:
     found = check.findings(recording, context)
     if getattr(check, "KEEP_ORDER", False):
         return found

@@ -12,8 +12,12 @@ import hashlib
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from torch import Argument
 
 TORCH_NPU_VERSION = "2.13.0"
 DATA_FILE = Path(__file__).with_name(f"torch_npu_{TORCH_NPU_VERSION}_ops.txt")
@@ -24,12 +28,13 @@ SECTIONS = ("supported", "custom", "symint", "autograd", "quant")
 _TENSOR_OPTIONS = ("dtype", "layout", "device", "pin_memory")
 
 
-def _entry_name(entry: str | dict) -> str:
+def _entry_name(entry: object) -> str:
     """An entry's ``name.overload``: a plain string, or a dict's ``func:`` up to its "("."""
     if isinstance(entry, str):
         return entry.strip()
-    if isinstance(entry, dict) and isinstance(entry.get("func"), str):
-        return entry["func"].split("(", 1)[0].strip()
+    func = entry.get("func") if isinstance(entry, dict) else None
+    if isinstance(func, str):
+        return func.split("(", 1)[0].strip()
     raise ValueError(f"unrecognised entry in torch_npu's operator yaml: {entry!r}")
 
 
@@ -96,7 +101,7 @@ def canonical(name: str) -> str:
     return name[: -len(".default")] if name.endswith(".default") else name
 
 
-def _signature(arguments: Iterable) -> list:
+def _signature(arguments: Iterable["Argument"]) -> list[tuple[str, str, bool]]:
     return [(argument.name, str(argument.type), argument.kwarg_only) for argument in arguments]
 
 
@@ -116,7 +121,7 @@ def functional_name(name: str) -> str | None:
     if own is None:
         return None
 
-    def written(argument) -> bool:
+    def written(argument: "Argument") -> bool:
         return argument.alias_info is not None and argument.alias_info.is_write
 
     outs = [argument for argument in own.arguments if written(argument)]

@@ -11,6 +11,8 @@ import dataclasses
 import os
 import sys
 import sysconfig
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import CodeType, FrameType
 
 import torch
 import torch.optim.optimizer as optimizer_module
@@ -20,7 +22,9 @@ from torch.utils.weak import WeakIdKeyDictionary
 import devicekit
 
 # Frames in these folders are not the user's: a finding names the innermost frame outside.
-_NOT_USER = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, devicekit)) + (
+_NOT_USER = tuple(
+    os.path.dirname(path) + os.sep for path in (torch.__file__, devicekit.__file__)
+) + (
     sysconfig.get_paths()["stdlib"] + os.sep,
     "<frozen ",
 )
@@ -34,6 +38,7 @@ STACK_DEPTH = 8
 SHAPES_KEPT = 12  # distinct shapes kept per line and operator
 
 Site = tuple[str, int]  # (file, line)
+Shapes = tuple[tuple[int, ...], ...]  # the shapes of one call's input tensors
 
 
 class StopRecording(BaseException):
@@ -62,12 +67,18 @@ class Recording:
     host_reads: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     autocast: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     # (operator, site) -> step -> the input shapes seen in that step
-    shapes: dict[tuple[str, Site], dict[int, set[tuple]]] = dataclasses.field(
+    shapes: dict[tuple[str, Site], dict[int, set[Shapes]]] = dataclasses.field(
         default_factory=lambda: collections.defaultdict(dict)
     )
     files: set[str] = dataclasses.field(default_factory=set)
 
-    def note(self, table, key, where: "Where", detail=""):
+    def note(
+        self,
+        table: dict[tuple[str, Site], Calls],
+        key: tuple[str, Site],
+        where: "Where",
+        detail: str = "",
+    ) -> None:
         calls = table.get(key)
         if calls is None:
             calls = table[key] = Calls(stack=where.stack(), detail=detail)
@@ -76,10 +87,10 @@ class Recording:
         calls.steps.add(self.steps)
 
 
-_user_code: dict[object, bool] = {}
+_user_code: dict[CodeType, bool] = {}
 
 
-def _is_user(code) -> bool:
+def _is_user(code: CodeType) -> bool:
     mine = _user_code.get(code)
     if mine is None:
         mine = _user_code[code] = not code.co_filename.startswith(_NOT_USER)
@@ -93,7 +104,7 @@ class Where:
 
     __slots__ = ("frame", "internal", "site")
 
-    def __init__(self, frame):
+    def __init__(self, frame: FrameType | None) -> None:
         internal = False
         while frame is not None and not _is_user(frame.f_code):
             if frame.f_code.co_filename.startswith(_PARAMETER_CODE):
@@ -106,7 +117,8 @@ class Where:
 
     def stack(self) -> tuple[str, ...]:
         """The user's frames as "file:line", innermost first (at most STACK_DEPTH)."""
-        stack, frame = [], self.frame
+        stack: list[str] = []
+        frame = self.frame
         while frame is not None and len(stack) < STACK_DEPTH:
             if _is_user(frame.f_code):
                 stack.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
@@ -114,7 +126,7 @@ class Where:
         return tuple(stack)
 
 
-def _tensors(values):
+def _tensors(values: Iterable[object]) -> Iterator[torch.Tensor]:
     for value in values:
         if isinstance(value, torch.Tensor):
             yield value
@@ -122,7 +134,7 @@ def _tensors(values):
             yield from _tensors(value)
 
 
-def _kept_on_host(tensor, internal, computed) -> bool:
+def _kept_on_host(tensor: torch.Tensor, internal: bool, computed: WeakIdKeyDictionary) -> bool:
     """Whether reading `tensor`'s value reads a tensor that stays on the host on an NPU
     too. Where tensors live on a device (the npu stand-in), a CPU tensor does. On the CPU,
     one not computed from the model's parameters does (batches a data pipeline builds),
@@ -148,7 +160,7 @@ _DATA_DEPENDENT = {
 _LOCAL_SCALAR = "aten::_local_scalar_dense"
 
 
-class Recorder(TorchDispatchMode):
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's is unannotated
     """Records into `recording` while active; also counts optimizer steps and stops the
     run after `max_steps` of them, notes host reads (`.tolist()`), and the device type of
     every autocast region opened."""
@@ -156,24 +168,36 @@ class Recorder(TorchDispatchMode):
     device_seen = False  # a tensor off the CPU was dispatched (the npu stand-in)
 
     def __init__(self, recording: Recording, max_steps: int | None = None):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode
         self.recording = recording
         self.max_steps = max_steps
         self._autocast: list[tuple[str, Where]] = []
         self._computed = WeakIdKeyDictionary()  # tensors computed from parameters
         self._in_backward = 0
-        self._undo: list = []
+        self._undo: list[Callable[[], object]] = []
 
     # -- the operators ----------------------------------------------------------------------
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: torch._ops.OpOverload,
+        types: Sequence[type],
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         self._record(func, args, kwargs, out)
         return out
 
-    def _record(self, func, args, kwargs, out):
+    def _record(
+        self,
+        func: torch._ops.OpOverload,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        out: object,
+    ) -> None:
         rec = self.recording
-        name = func.name()
+        name: str = func.name()  # type: ignore[no-untyped-call]  # torch's OpOverload.name
         where = Where(sys._getframe(2))
         site = where.site
         rec.note(rec.ops, (name, site), where)
@@ -221,21 +245,26 @@ class Recorder(TorchDispatchMode):
                 seen.add(tuple(tuple(t.shape) for t in inputs))
 
     # -- steps, host reads, autocast regions ---------------------------------------------------
-    def _step_taken(self, *_):
+    def _step_taken(self, *_: object) -> None:
         self.recording.steps += 1
 
-    def _step_starts(self, *_):
+    def _step_starts(self, *_: object) -> None:
         # Stopped as the step after the last one begins: the step asked for completes
         # with the rest of its iteration (logging, checkpoints).
         if self.max_steps is not None and self.recording.steps >= self.max_steps:
             raise StopRecording()
 
-    def _patch(self, owner, name, make):
+    def _patch(
+        self,
+        owner: object,
+        name: str,
+        make: Callable[[Callable[..., object]], Callable[..., object]],
+    ) -> None:
         original = getattr(owner, name)
         setattr(owner, name, make(original))
         self._undo.append(lambda: setattr(owner, name, original))
 
-    def __enter__(self):
+    def __enter__(self) -> "Recorder":
         for handle in (
             optimizer_module.register_optimizer_step_post_hook(self._step_taken),
             optimizer_module.register_optimizer_step_pre_hook(self._step_starts),
@@ -243,8 +272,8 @@ class Recorder(TorchDispatchMode):
             self._undo.append(handle.remove)
         recorder = self
 
-        def tolist(original):
-            def wrapper(tensor, *args, **kwargs):
+        def tolist(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(tensor: torch.Tensor, *args: object, **kwargs: object) -> object:
                 where = Where(sys._getframe(1))
                 if not _kept_on_host(tensor, where.internal, recorder._computed):
                     recorder.recording.note(
@@ -254,23 +283,23 @@ class Recorder(TorchDispatchMode):
 
             return wrapper
 
-        def enter(original):
-            def wrapper(region, *args, **kwargs):
+        def enter(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(region: torch.autocast, *args: object, **kwargs: object) -> object:
                 recorder._autocast.append((region.device, Where(sys._getframe(1))))
                 return original(region, *args, **kwargs)
 
             return wrapper
 
-        def exit_(original):
-            def wrapper(region, *args, **kwargs):
+        def exit_(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(region: torch.autocast, *args: object, **kwargs: object) -> object:
                 if recorder._autocast:
                     recorder._autocast.pop()
                 return original(region, *args, **kwargs)
 
             return wrapper
 
-        def backward(original):
-            def wrapper(*args, **kwargs):
+        def backward(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(*args: object, **kwargs: object) -> object:
                 recorder._in_backward += 1
                 try:
                     return original(*args, **kwargs)
@@ -283,11 +312,12 @@ class Recorder(TorchDispatchMode):
         self._patch(torch.autograd, "backward", backward)
         self._patch(torch.amp.autocast_mode.autocast, "__enter__", enter)
         self._patch(torch.amp.autocast_mode.autocast, "__exit__", exit_)
-        return super().__enter__()
+        super().__enter__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode
+        return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         try:
-            return super().__exit__(*exc)
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode
         finally:
             while self._undo:
                 self._undo.pop()()

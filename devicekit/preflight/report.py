@@ -1,8 +1,9 @@
 """The preflight report: JSON, and text grouped by kind, most costly first."""
 
 import os
+from collections.abc import Sequence
 
-from devicekit.preflight.checks import Finding
+from devicekit.preflight.checks import Check, Finding
 
 SHOWN_PER_KIND = 12
 
@@ -22,7 +23,9 @@ def _where(finding: Finding) -> str:
     return f"{path}:{finding.line}"
 
 
-def text(findings: list[Finding], checks, torch_npu: str, steps: int, outcome: str) -> str:
+def text(
+    findings: list[Finding], checks: Sequence[Check], torch_npu: str, steps: int, outcome: str
+) -> str:
     kinds = [check for check in checks if any(f.kind == check.KIND for f in findings)]
     head = (
         f"devicekit preflight: {len(findings)} finding(s) in {len(kinds)} kind(s), checked "

@@ -4,6 +4,8 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
+from datetime import timedelta
 
 import torch.distributed as dist
 import torch.multiprocessing
@@ -23,28 +25,38 @@ class Outcome:
         self.state, self.error, self.where, self.exit_code = state, error, where, exit_code
 
 
-def _world_of_one():
+def _world_of_one() -> Callable[[], object]:
     """No launcher variables; devicekit.launch() and a script's own mp.spawn run one rank
     here; init_process_group joins a group of one."""
     for name in ALL_VARIABLES:
         os.environ.pop(name, None)
     os.environ["DEVICEKIT_NPROC_PER_NODE"] = "1"
-    undo = []
+    undo: list[Callable[[], None]] = []
 
-    def patch(owner, name, replacement):
+    def patch(owner: object, name: str, replacement: object) -> None:
         original = getattr(owner, name)
         setattr(owner, name, replacement)
         undo.append(lambda: setattr(owner, name, original))
 
-    def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    def spawn(
+        fn: Callable[..., object],
+        args: tuple[object, ...] = (),
+        nprocs: int = 1,
+        join: bool = True,
+        daemon: bool = False,
+        start_method: str = "spawn",
+    ) -> None:
         fn(0, *args)
 
     init = dist.init_process_group
 
-    def init_process_group(backend=None, *args, **kwargs):
-        timeout = kwargs.get("timeout")
-        extra = {} if timeout is None else {"timeout": timeout}
-        return init(backend="gloo", store=dist.HashStore(), rank=0, world_size=1, **extra)
+    def init_process_group(
+        backend: str | None = None,
+        *args: object,
+        timeout: timedelta | None = None,
+        **kwargs: object,
+    ) -> None:
+        init(backend="gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
 
     patch(torch.multiprocessing, "spawn", spawn)
     patch(dist, "init_process_group", init_process_group)

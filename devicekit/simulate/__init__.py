@@ -100,8 +100,8 @@ def activate(devices: int = DEFAULT_DEVICES) -> None:
     native = build.load()
     native.set_device_count(devices)
     npu_module._native = native
-    npu_module.amp = npu_amp
-    torch._register_device_module("npu", npu_module)
+    # torch's _register_device_module is unannotated
+    torch._register_device_module("npu", npu_module)  # type: ignore[no-untyped-call]
     sys.modules["torch.npu.amp"] = npu_amp
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     hccl.register(native.host_view)
@@ -121,7 +121,9 @@ def _settle_autograd_threads(pid: int) -> None:
     import torch
     from torch.autograd.variable import Variable
 
-    for index in range(torch.npu.device_count()):
+    from devicekit.simulate import npu_module
+
+    for index in range(npu_module.device_count()):  # torch.npu
         leaf = torch.zeros((), device=f"npu:{index}", requires_grad=True)
         Variable._execution_engine.run_backward(
             (leaf * 1,), (torch.ones((), device=leaf.device),), False, False, (), True, True

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import Protocol
 
 import torch
 
@@ -25,6 +26,20 @@ NAME = "devicekit_npu_standin"
 CACHE_ENV = "DEVICEKIT_CACHE"
 # Build once for at most this long: ranks that wait for another's build wait as long.
 BUILD_TIMEOUT_S = 600
+
+
+class Extension(Protocol):
+    """The compiled extension's functions (npu_standin.cpp's PYBIND11_MODULE)."""
+
+    def set_device_count(self, count: int) -> None: ...
+
+    def device_count(self) -> int: ...
+
+    def set_current_device(self, index: int) -> None: ...
+
+    def current_device(self) -> int: ...
+
+    def host_view(self, tensor: torch.Tensor) -> torch.Tensor: ...  # a CPU tensor, same memory
 
 
 def cache_root() -> Path:
@@ -41,10 +56,11 @@ def _key() -> str:
     return digest.hexdigest()[:16]
 
 
-def _import(folder: Path) -> ModuleType:
+def _import(folder: Path) -> Extension:
     path = next(folder.glob(f"{NAME}*.so"))
     loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
-    spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
+    spec = importlib.machinery.ModuleSpec(NAME, loader, origin=str(path))
+    spec.has_location = True  # origin is the file: the module gets its __file__
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
@@ -63,7 +79,7 @@ def missing_tools() -> str:
     return " and ".join(missing)
 
 
-def load() -> ModuleType:
+def load() -> Extension:
     """The compiled extension: from the cache, or built now (20-30 s on 2 cores)."""
     root = cache_root()
     folder = root / f"npu-standin-{_key()}"
@@ -93,12 +109,12 @@ def load() -> ModuleType:
         return _build(root, folder)
 
 
-def _build(root: Path, folder: Path) -> ModuleType:
+def _build(root: Path, folder: Path) -> Extension:
     from torch.utils.cpp_extension import load as compile_and_load
 
     staging = Path(tempfile.mkdtemp(prefix="npu-standin-build.", dir=root))
     try:
-        module = compile_and_load(
+        module: ModuleType = compile_and_load(
             NAME, [str(SOURCE)], build_directory=str(staging), extra_cflags=["-O2"], verbose=False
         )
     except (RuntimeError, OSError) as error:

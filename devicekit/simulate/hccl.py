@@ -4,6 +4,7 @@ gloo takes only CPU tensors, so every collective hands it CPU views of the npu t
 own (host) memory: results land in the npu tensors with no copy.
 """
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -38,15 +39,23 @@ _COLLECTIVES = (
 class HcclOverGloo(dist.ProcessGroup):
     """A process group of `size` ranks over `store` whose collectives take npu tensors."""
 
-    def __init__(self, store, rank: int, size: int, timeout: timedelta, host_view):
-        super().__init__(rank, size)
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        host_view: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        # torch's stub lacks the binding's (rank, size) overload: a group with no store
+        super().__init__(rank, size)  # type: ignore[call-arg]
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._host_view = host_view
 
-    def getBackendName(self):
+    def getBackendName(self) -> str:
         return BACKEND
 
-    def _on_host(self, value):
+    def _on_host(self, value: object) -> object:
         if isinstance(value, torch.Tensor):
             return self._host_view(value) if value.device.type == "npu" else value
         if isinstance(value, (list, tuple)):
@@ -56,9 +65,12 @@ class HcclOverGloo(dist.ProcessGroup):
         return value
 
 
-def _passed_to_gloo(name):
-    def collective(self, *args, **kwargs):
-        return getattr(self._gloo, name)(*self._on_host(args), **self._on_host(kwargs))
+def _passed_to_gloo(name: str) -> Callable[..., object]:
+    def collective(self: HcclOverGloo, *args: object, **kwargs: object) -> object:
+        return getattr(self._gloo, name)(
+            *(self._on_host(value) for value in args),
+            **{key: self._on_host(value) for key, value in kwargs.items()},
+        )
 
     collective.__name__ = name
     return collective
@@ -68,12 +80,12 @@ for _name in _COLLECTIVES:
     setattr(HcclOverGloo, _name, _passed_to_gloo(_name))
 
 
-def register(host_view) -> None:
+def register(host_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Make `hccl` the backend torch picks for npu tensors."""
     if BACKEND.upper() in dist.Backend._plugins:  # registered by an earlier activation
         return
 
-    def create(store, rank, size, timeout):
+    def create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> HcclOverGloo:
         return HcclOverGloo(store, rank, size, timeout, host_view)
 
     dist.Backend.register_backend(BACKEND, create, devices=["npu"])

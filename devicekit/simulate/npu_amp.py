@@ -11,7 +11,7 @@ class autocast(torch.amp.autocast_mode.autocast):
 
     def __init__(
         self, enabled: bool = True, dtype: torch.dtype = torch.float16, cache_enabled: bool = True
-    ):
+    ) -> None:
         super().__init__("npu", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 
 
@@ -21,13 +21,13 @@ class GradScaler(torch.amp.GradScaler):
 
     def __init__(
         self,
-        init_scale=2.0**16,
-        growth_factor=2.0,
-        backoff_factor=0.5,
-        growth_interval=2000,
-        dynamic=True,
-        enabled=True,
-    ):
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        dynamic: bool = True,
+        enabled: bool = True,
+    ) -> None:
         super().__init__(
             "npu",
             init_scale=init_scale,
@@ -38,7 +38,7 @@ class GradScaler(torch.amp.GradScaler):
         )
         self._dynamic = dynamic
 
-    def update(self, new_scale=None):
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         if self._dynamic or new_scale is not None or not self._enabled:
             return super().update(new_scale)
         self._per_optimizer_states = collections.defaultdict(_refresh_per_optimizer_state)

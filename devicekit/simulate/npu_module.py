@@ -6,16 +6,21 @@ wait for, random numbers come from the CPU's generator, and the memory figures a
 """
 
 import collections
+from typing import Literal
 
 import torch
+
+import devicekit.simulate.npu_amp as amp  # noqa: F401  (torch.npu.amp)
+from devicekit.simulate.build import Extension as _Extension
 
 # The stand-in models an Atlas A2 chip (bfloat16, binary kernels).
 DEVICE_NAME = "Ascend910B4 (devicekit stand-in on the host CPU)"
 
-_native = None  # the compiled extension, set by devicekit.simulate.activate()
+_native: _Extension | None = None  # the compiled extension, set by devicekit.simulate.activate()
+_Device = int | str | torch.device
 
 
-def _index(device, optional=False) -> int:
+def _index(device: _Device | None, optional: bool = False) -> int:
     """A device index from an int, "npu:1", torch.device or None (the current device)."""
     if device is None:
         return current_device()
@@ -33,90 +38,96 @@ def _index(device, optional=False) -> int:
     return index
 
 
-def is_available():
+def is_available() -> bool:
     return device_count() > 0
 
 
+def _extension() -> _Extension:
+    if _native is None:
+        raise RuntimeError("the npu stand-in is not active: devicekit.simulate.activate() first")
+    return _native
+
+
 def device_count() -> int:
-    return _native.device_count()
+    return _extension().device_count()
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return True
 
 
-def _lazy_init():
+def _lazy_init() -> None:
     pass
 
 
-def _is_in_bad_fork():
+def _is_in_bad_fork() -> bool:
     return False
 
 
-def set_device(device):
-    _native.set_current_device(_index(device))
+def set_device(device: _Device) -> None:
+    _extension().set_current_device(_index(device))
 
 
-def current_device():
-    return _native.current_device()
+def current_device() -> int:
+    return _extension().current_device()
 
 
-def synchronize(device=None):
+def synchronize(device: _Device | None = None) -> None:
     _index(device)
 
 
-def get_device_name(device_name=None):
+def get_device_name(device_name: _Device | None = None) -> str:
     _index(device_name, optional=True)
     return DEVICE_NAME
 
 
-def is_bf16_supported(including_emulation: bool = False):
+def is_bf16_supported(including_emulation: bool = False) -> bool:
     return True
 
 
-def set_compile_mode(jit_compile=False):
+def set_compile_mode(jit_compile: bool = False) -> None:
     pass  # the kernels are the CPU's: there is nothing to compile
 
 
-def get_amp_supported_dtype():
+def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.float16, torch.bfloat16, torch.float32]
 
 
-def is_autocast_enabled():
+def is_autocast_enabled() -> bool:
     return torch.is_autocast_enabled("npu")
 
 
 class device:
     """Context manager that makes `device` the current npu device inside the block."""
 
-    def __init__(self, device):
+    def __init__(self, device: _Device | None) -> None:
         self.idx = _index(device, optional=True)
         self.prev_idx = -1
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         if self.idx >= 0:
             self.prev_idx = current_device()
             set_device(self.idx)
 
-    def __exit__(self, *args):
+    def __exit__(self, *args: object) -> Literal[False]:
         if self.idx >= 0:
             set_device(self.prev_idx)
         return False
 
 
-def manual_seed(seed):
+def manual_seed(seed: int) -> None:
     torch.default_generator.manual_seed(int(seed))
 
 
-def manual_seed_all(seed):
+def manual_seed_all(seed: int) -> None:
     torch.default_generator.manual_seed(int(seed))
 
 
-def seed():
+def seed() -> None:
     torch.default_generator.seed()
 
 
-def initial_seed():
+def initial_seed() -> int:
     return torch.default_generator.initial_seed()
 
 
@@ -128,31 +139,31 @@ def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "n
     torch.default_generator.set_state(new_state)
 
 
-def empty_cache():
+def empty_cache() -> None:
     pass
 
 
-def memory_allocated(device=None):
+def memory_allocated(device: _Device | None = None) -> int:
     return 0
 
 
-def max_memory_allocated(device=None):
+def max_memory_allocated(device: _Device | None = None) -> int:
     return 0
 
 
-def memory_reserved(device=None):
+def memory_reserved(device: _Device | None = None) -> int:
     return 0
 
 
-def max_memory_reserved(device=None):
+def max_memory_reserved(device: _Device | None = None) -> int:
     return 0
 
 
-def reset_peak_memory_stats(device=None):
+def reset_peak_memory_stats(device: _Device | None = None) -> None:
     pass
 
 
-def memory_stats(device=None):
+def memory_stats(device: _Device | None = None) -> collections.OrderedDict[str, int]:
     return collections.OrderedDict(
         (f"{name}.all.{which}", 0)
         for name in ("allocated_bytes", "reserved_bytes")

@@ -3,14 +3,28 @@ have no CPU kernel the stand-in could borrow: the gate arithmetic of nn.LSTM and
 written with ordinary operators (that run on the stand-in like any other)."""
 
 import torch
+from torch import Tensor
 
-_library = None
+_library: torch.library.Library | None = None
 
 
-def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+def _paired(hidden_bias: Tensor | None, op: str) -> Tensor:
+    """The hidden bias of a cell given an input bias: the cells take both or neither."""
+    if hidden_bias is None:
+        raise RuntimeError(f"aten::{op}: input_bias was given without hidden_bias")
+    return hidden_bias
+
+
+def _lstm_cell(
+    input_gates: Tensor,
+    hidden_gates: Tensor,
+    cx: Tensor,
+    input_bias: Tensor | None = None,
+    hidden_bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     gates = input_gates + hidden_gates
     if input_bias is not None:
-        gates = gates + input_bias + hidden_bias
+        gates = gates + input_bias + _paired(hidden_bias, "_thnn_fused_lstm_cell")
     i, f, g, o = gates.chunk(4, 1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     cy = f * cx + i * g
@@ -18,7 +32,14 @@ def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None)
     return hy, cy, torch.cat([i, f, g, o], 1)
 
 
-def _lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+def _lstm_cell_backward(
+    grad_hy: Tensor | None,
+    grad_cy: Tensor | None,
+    cx: Tensor,
+    cy: Tensor,
+    workspace: Tensor,
+    has_bias: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
     i, f, g, o = workspace.chunk(4, 1)
     tanh_cy = cy.tanh()
     grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
@@ -38,8 +59,15 @@ def _lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     return grad_gates, grad_c * f, grad_bias
 
 
-def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+def _gru_cell(
+    input_gates: Tensor,
+    hidden_gates: Tensor,
+    hx: Tensor,
+    input_bias: Tensor | None = None,
+    hidden_bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
     if input_bias is not None:
+        hidden_bias = _paired(hidden_bias, "_thnn_fused_gru_cell")
         input_gates, hidden_gates = input_gates + input_bias, hidden_gates + hidden_bias
     in_r, in_z, in_n = input_gates.chunk(3, 1)
     h_r, h_z, h_n = hidden_gates.chunk(3, 1)
@@ -50,7 +78,9 @@ def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     return hy, torch.cat([r, z, h_n, hx, n], 1)
 
 
-def _gru_cell_backward(grad_hy, workspace, has_bias):
+def _gru_cell_backward(
+    grad_hy: Tensor, workspace: Tensor, has_bias: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
     r, z, h_n, hx, n = workspace.chunk(5, 1)
     grad_n = grad_hy * (1 - z) * (1 - n * n)
     grad_z = grad_hy * (hx - n) * z * (1 - z)
@@ -67,11 +97,12 @@ def register() -> None:
     global _library
     if _library is not None:
         return
-    _library = torch.library.Library("aten", "IMPL")
+    # torch.library.Library is unannotated
+    _library = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     for name, kernel in (
         ("_thnn_fused_lstm_cell", _lstm_cell),
         ("_thnn_fused_lstm_cell_backward_impl", _lstm_cell_backward),
         ("_thnn_fused_gru_cell", _gru_cell),
         ("_thnn_fused_gru_cell_backward", _gru_cell_backward),
     ):
-        _library.impl(name, kernel, "PrivateUse1")
+        _library.impl(name, kernel, "PrivateUse1")  # type: ignore[no-untyped-call]

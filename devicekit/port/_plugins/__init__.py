@@ -24,60 +24,80 @@ rewrite assignments), and `manual` last, since it reports what no rule before it
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import libcst as cst
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
-Rule = TypeVar("Rule", bound=Callable)
+# What a leave rule may return (besides None): libcst takes each node type's own.
+LeaveResult = (
+    cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode] | cst.MaybeSentinel
+)
+# (port, original, updated): the nodes are of the type the rule was registered for.
+LeaveRule = Callable[["PortTransformer", Any, Any], LeaveResult | None]
 CallMatcher = Callable[["PortTransformer", set[str], str | None], bool]
+CallRule = Callable[["PortTransformer", cst.Call, cst.Call, set[str]], cst.BaseExpression | None]
+UnportedCallRule = Callable[["PortTransformer", cst.Call, set[str]], None]
+KeywordRule = Callable[
+    ["PortTransformer", cst.Call, cst.Call, cst.Arg, set[str], str | None], cst.Call | None
+]
+ReferenceRule = Callable[
+    ["PortTransformer", cst.Name | cst.Attribute, cst.BaseExpression, str],
+    cst.BaseExpression | None,
+]
 
-LEAVE_RULES: dict[type[cst.CSTNode], list[Callable]] = {}
-CALL_RULES: list[tuple[CallMatcher, Callable]] = []
-UNPORTED_CALL_RULES: list[Callable] = []
-KEYWORD_RULES: dict[str, tuple[str, Callable]] = {}
-REFERENCE_RULES: list[Callable] = []
+_LeaveRuleT = TypeVar("_LeaveRuleT", bound=LeaveRule)
+_CallRuleT = TypeVar("_CallRuleT", bound=CallRule)
+_UnportedCallRuleT = TypeVar("_UnportedCallRuleT", bound=UnportedCallRule)
+_KeywordRuleT = TypeVar("_KeywordRuleT", bound=KeywordRule)
+_ReferenceRuleT = TypeVar("_ReferenceRuleT", bound=ReferenceRule)
+
+LEAVE_RULES: dict[type[cst.CSTNode], list[LeaveRule]] = {}
+CALL_RULES: list[tuple[CallMatcher, CallRule]] = []
+UNPORTED_CALL_RULES: list[UnportedCallRule] = []
+KEYWORD_RULES: dict[str, tuple[str, KeywordRule]] = {}
+REFERENCE_RULES: list[ReferenceRule] = []
 
 
-def leave(node_type: type[cst.CSTNode]) -> Callable[[Rule], Rule]:
+def leave(node_type: type[cst.CSTNode]) -> Callable[[_LeaveRuleT], _LeaveRuleT]:
     """Register a rewrite of `node_type` nodes."""
 
-    def register(rule: Rule) -> Rule:
+    def register(rule: _LeaveRuleT) -> _LeaveRuleT:
         LEAVE_RULES.setdefault(node_type, []).append(rule)
         return rule
 
     return register
 
 
-def call(when: CallMatcher) -> Callable[[Rule], Rule]:
+def call(when: CallMatcher) -> Callable[[_CallRuleT], _CallRuleT]:
     """Register a rewrite of the calls `when` matches."""
 
-    def register(rule: Rule) -> Rule:
+    def register(rule: _CallRuleT) -> _CallRuleT:
         CALL_RULES.append((when, rule))
         return rule
 
     return register
 
 
-def unported_call(rule: Rule) -> Rule:
+def unported_call(rule: _UnportedCallRuleT) -> _UnportedCallRuleT:
     """Register a check of every call no call rule rewrote."""
     UNPORTED_CALL_RULES.append(rule)
     return rule
 
 
-def keyword(name: str, rule_id: str) -> Callable[[Rule], Rule]:
+def keyword(name: str, rule_id: str) -> Callable[[_KeywordRuleT], _KeywordRuleT]:
     """Register the rewrite of keyword argument `name=`, reported as `rule_id`."""
 
-    def register(rule: Rule) -> Rule:
+    def register(rule: _KeywordRuleT) -> _KeywordRuleT:
         KEYWORD_RULES[name] = (rule_id, rule)
         return rule
 
     return register
 
 
-def reference(rule: Rule) -> Rule:
+def reference(rule: _ReferenceRuleT) -> _ReferenceRuleT:
     """Register a rewrite of (or a check on) a name at the end of its attribute chain."""
     REFERENCE_RULES.append(rule)
     return rule

@@ -51,7 +51,7 @@ def _asks_devicekit(node: cst.CSTNode) -> bool:
     )
 
 
-def _asks(value: cst.BaseExpression, negated: bool, like: cst.CSTNode) -> cst.BaseExpression:
+def _asks(value: cst.BaseExpression, negated: bool, like: cst.BaseExpression) -> cst.BaseExpression:
     """`devicekit.is_accelerator(value)` (negated: `not ...`), with `like`'s parentheses."""
     asked: cst.BaseExpression = devicekit_call("is_accelerator", cst.Arg(value))
     if negated:
@@ -104,7 +104,8 @@ def startswith(
 ) -> cst.BaseExpression | None:
     """device.startswith("cuda") -> devicekit.is_accelerator(device)."""
     if (
-        len(updated.args) != 1
+        not isinstance(updated.func, cst.Attribute)
+        or len(updated.args) != 1
         or updated.args[0].keyword is not None
         or not is_accelerator_name(updated.args[0].value)
     ):

@@ -54,7 +54,7 @@ def _only_stops(port: "PortTransformer", block: cst.BaseSuite) -> bool:
     """Whether `block` stops the program: messages (print, logging, warnings), then a
     `raise` or an exit. (A `return` or a message alone is a branch, not a refusal.)"""
     lines = [block] if isinstance(block, cst.SimpleStatementSuite) else block.body
-    smalls = []
+    smalls: list[cst.BaseSmallStatement] = []
     for line in lines:
         if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             return False
@@ -77,6 +77,17 @@ def _reports(small: cst.BaseSmallStatement) -> bool:
     return code(func) in _MESSAGES or m.matches(
         func, m.Attribute(value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS)))
     )
+
+
+def _statements(block: cst.BaseSuite) -> list[cst.SimpleStatementLine | cst.BaseCompoundStatement]:
+    """The statements of `block`, each a line of its own (`if x: a; b` gives `a; b`)."""
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=block.body)]
+    return [
+        line
+        for line in block.body
+        if isinstance(line, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    ]
 
 
 @leave(cst.Assert)
@@ -116,11 +127,7 @@ def if_statement(
         return port.changed(
             original, _RULE, cst.Else(body=updated.body, leading_lines=updated.leading_lines)
         )
-    body: list[cst.BaseStatement] = (
-        list(updated.body.body)
-        if isinstance(updated.body, cst.IndentedBlock)
-        else [cst.SimpleStatementLine(body=updated.body.body)]
-    )
+    body = _statements(updated.body)
     body[0] = body[0].with_changes(  # the comments above the `if` stay above its setup
         leading_lines=[*updated.leading_lines, *body[0].leading_lines]
     )

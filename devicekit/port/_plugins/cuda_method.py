@@ -30,6 +30,7 @@ def cuda_method(
         return updated
     index = bound.get("device")
     parsed = NOT_DEVICE if index is None else parse_device_string(index.value)
+    target: cst.BaseExpression
     if index is None or m.matches(index.value, m.Name("None")):
         target = device_call(None)
     elif parsed is not NOT_DEVICE:

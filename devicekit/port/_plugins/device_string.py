@@ -49,7 +49,7 @@ _Valued = cst.Assign | cst.AnnAssign | cst.Return
 @leave(cst.Return)
 def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> _Valued | None:
     """device = "cuda" -> device = devicekit.device_type() (also annotated, or returned)."""
-    if updated.value is None:
+    if original.value is None or updated.value is None:
         return None
     value = port.value(original.value, updated.value, "string")
     return (
@@ -62,7 +62,7 @@ def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> _V
 @leave(cst.Param)
 def default(port: "PortTransformer", original: cst.Param, updated: cst.Param) -> cst.Param | None:
     """def run(device="cuda") -> def run(device=devicekit.device_type())."""
-    if updated.default is None:
+    if original.default is None or updated.default is None:
         return None
     value = port.value(original.default, updated.default, "string")
     return (

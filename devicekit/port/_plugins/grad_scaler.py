@@ -27,6 +27,7 @@ def grad_scaler(
 ) -> cst.Call | None:
     """torch.cuda.amp.GradScaler(...), torch.amp.GradScaler("cuda", ...) ->
     devicekit.GradScaler(enabled=True, ...)."""
+    params: tuple[str, ...]
     if qualified & names.NPU_GRAD_SCALER:
         params = names.NPU_GRAD_SCALER_PARAMS
     elif qualified & names.CUDA_GRAD_SCALER:

@@ -26,8 +26,12 @@ def local_rank_alias(
         return None
     missing = next(f for f in names.LOCAL_RANK_FLAGS if f not in flags)
     result, _ = port.keywords(original, updated, qualified, "add_argument")
-    anchor = next(
-        a for a in result.args if a.keyword is None and string_value(a.value) == present[0]
+    anchor, flag = next(
+        (a, a.value)
+        for a in result.args
+        if a.keyword is None
+        and isinstance(a.value, cst.SimpleString)
+        and string_value(a.value) == present[0]
     )
-    alias = cst.Arg(cst.SimpleString(f"{anchor.value.quote}{missing}{anchor.value.quote}"))
+    alias = cst.Arg(cst.SimpleString(f"{flag.quote}{missing}{flag.quote}"))
     return port.changed(original, "local-rank-alias", with_arg_after(result, anchor, alias))

@@ -18,9 +18,16 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
+def _report(port: "PortTransformer", node: cst.CSTNode, name: str) -> None:
+    """Report `node`, which refers to `name`, with why and how to change it by hand."""
+    reason = names.manual_reason(name)
+    if reason is not None:
+        port.report(node, reason)
+
+
 def _report_import(port: "PortTransformer", node: cst.CSTNode, module: str) -> None:
     if module.split(".")[0] in names.MANUAL_IMPORTS:
-        port.report(node, names.manual_reason(module))
+        _report(port, node, module)
 
 
 @leave(cst.Import)
@@ -44,7 +51,7 @@ def decorator(port: "PortTransformer", original: cst.Decorator, updated: cst.Dec
     target = target.func if isinstance(target, cst.Call) else target
     for name in port.qualified(target):
         if name.split(".")[0] in names.MANUAL_IMPORTS:
-            port.report(original, names.manual_reason(name))
+            _report(port, original, name)
 
 
 _DEVICE_MODULES = ("torch.cuda.", "torch.npu.", "torch_npu.npu.")
@@ -87,4 +94,4 @@ def device_module(
         return  # the call rules port it with its arguments
     if names.npu_setting(name) and npu_setting.is_guarded(port, original):
         return
-    port.report(original if called is None else called, names.manual_reason(name))
+    _report(port, original if called is None else called, name)

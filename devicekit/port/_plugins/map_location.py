@@ -39,7 +39,8 @@ def map_location(
         # lambda storage, loc: storage.cuda(i) -- by now storage.to(devicekit.device(i))
         body, first = value.body, value.params.params[0].name.value
         if (
-            m.matches(body, m.Call(func=m.Attribute(value=m.Name(first), attr=m.Name("to"))))
+            isinstance(body, cst.Call)
+            and m.matches(body.func, m.Attribute(value=m.Name(first), attr=m.Name("to")))
             and len(body.args) == 1
             and is_devicekit_call(body.args[0].value, "device")
         ):

@@ -14,18 +14,26 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 
-def _launcher_variable(port: "PortTransformer", node: cst.Assign) -> str | None:
-    """ "MASTER_ADDR"/"MASTER_PORT" for `os.environ[...] = value`, else None."""
+def _item(node: cst.Assign) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(mapping, key) for `mapping[key] = value`, else None."""
     if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Subscript):
         return None
     target = node.targets[0].target
-    environ = (
-        names.OS_ENVIRON in port.qualified(target.value) or code(target.value) == names.OS_ENVIRON
-    )
-    if not environ or len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
         return None
-    key = string_value(target.slice[0].slice.value)
-    return key if key in names.LAUNCHER_OWNED else None
+    return target.value, target.slice[0].slice.value
+
+
+def _launcher_variable(port: "PortTransformer", node: cst.Assign) -> str | None:
+    """ "MASTER_ADDR"/"MASTER_PORT" for `os.environ[...] = value`, else None."""
+    item = _item(node)
+    if item is None:
+        return None
+    mapping, key = item
+    if names.OS_ENVIRON not in port.qualified(mapping) and code(mapping) != names.OS_ENVIRON:
+        return None
+    variable = string_value(key)
+    return variable if variable in names.LAUNCHER_OWNED else None
 
 
 @leave(cst.Assign)
@@ -33,14 +41,15 @@ def master_env_setdefault(
     port: "PortTransformer", original: cst.Assign, updated: cst.Assign
 ) -> cst.Expr | None:
     """os.environ["MASTER_PORT"] = value -> os.environ.setdefault("MASTER_PORT", value)."""
-    if _launcher_variable(port, original) is None:
+    item = _item(updated)
+    if _launcher_variable(port, original) is None or item is None:
         return None
-    target = updated.targets[0].target
+    mapping, key = item
     setdefault = cst.Call(
-        func=cst.Attribute(value=target.value, attr=cst.Name("setdefault")),
+        func=cst.Attribute(value=mapping, attr=cst.Name("setdefault")),
         args=[
             cst.Arg(
-                target.slice[0].slice.value,
+                key,
                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
             ),
             cst.Arg(updated.value),

@@ -36,9 +36,10 @@ def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> 
 
 def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> str | None:
     """ "set_compile_mode" & co. for a line that is one NPU setting, else None."""
-    if len(line.body) != 1 or _target(line.body[0]) is None:
+    target = _target(line.body[0]) if len(line.body) == 1 else None
+    if target is None:
         return None
-    found = [names.npu_setting(n) for n in port.qualified(_target(line.body[0]))]
+    found = [names.npu_setting(n) for n in port.qualified(target)]
     return next((short for short in found if short), None)
 
 
@@ -66,7 +67,7 @@ def npu_setting(
     target = cst.parse_expression(f"torch.npu.{short}")  # torch_npu.npu.X is torch.npu.X
     if isinstance(small, cst.Expr):
         small = small.with_changes(value=small.value.with_changes(func=target))
-    else:
+    elif isinstance(small, cst.Assign):
         small = small.with_changes(targets=[small.targets[0].with_changes(target=target)])
     test = cst.Comparison(
         left=devicekit_call("device_type"),

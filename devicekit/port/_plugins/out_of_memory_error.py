@@ -19,8 +19,10 @@ def out_of_memory_error(
     port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
 ) -> cst.Attribute | None:
     """torch.cuda.OutOfMemoryError -> torch.OutOfMemoryError."""
-    if name != names.OUT_OF_MEMORY or not m.matches(
-        updated, m.Attribute(value=m.Attribute(value=m.Name("torch")))
+    if (
+        name != names.OUT_OF_MEMORY
+        or not isinstance(updated, cst.Attribute)
+        or not m.matches(updated.value, m.Attribute(value=m.Name("torch")))
     ):
         return None
     return port.changed(

@@ -32,6 +32,8 @@ def pin_memory_method(
     port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.BaseExpression | None:
     """x.pin_memory() -> (x.pin_memory() if devicekit.pin_memory() else x)."""
+    if not isinstance(updated.func, cst.Attribute):
+        return None  # `x.pin_memory` rewritten: no longer this method's call
     receiver = updated.func.value
     parent = port.parent(original)
     if (

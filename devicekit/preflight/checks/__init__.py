@@ -7,8 +7,9 @@ all_checks() lists them most costly first, the order the report keeps.
 
 import dataclasses
 from collections.abc import Callable
+from typing import Protocol
 
-from devicekit.preflight.recording import Calls, Site
+from devicekit.preflight.recording import Calls, Recording, Site
 
 
 @dataclasses.dataclass
@@ -31,7 +32,7 @@ class Finding:
 class Context:
     """What a checker may need besides the recording."""
 
-    npu_ops: frozenset
+    npu_ops: frozenset[str]
     torch_npu: str  # the release the list is of
     scripts: list[str]  # the user's own files the run went through
 
@@ -46,7 +47,16 @@ def from_table(
     ]
 
 
-def all_checks():
+class Check(Protocol):
+    """A checker module (KEEP_ORDER, where set, is read with getattr)."""
+
+    KIND: str
+    ADVICE: str
+
+    def findings(self, recording: Recording, context: Context) -> list[Finding]: ...
+
+
+def all_checks() -> list[Check]:
     """The checker modules, most costly first."""
     from devicekit.preflight.checks import (
         autocast_device,

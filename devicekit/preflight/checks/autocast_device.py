@@ -3,12 +3,13 @@ another (`torch.autocast("cuda")` around NPU or CPU tensors): it does nothing, a
 step silently runs in float32."""
 
 from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.recording import Calls, Recording
 
 KIND = "autocast-device"
 ADVICE = "open autocast for the tensors' device: devicekit.autocast() picks it"
 
 
-def _detail(what, calls):
+def _detail(what: str, calls: Calls) -> str:
     wanted, _, found = what.partition(":")
     return (
         f'autocast("{wanted}") around {found} tensors: no effect, the ops run in '
@@ -16,5 +17,5 @@ def _detail(what, calls):
     )
 
 
-def findings(recording, context: Context) -> list[Finding]:
+def findings(recording: Recording, context: Context) -> list[Finding]:
     return from_table(KIND, recording.autocast, _detail)

@@ -13,6 +13,7 @@ import torch
 
 from devicekit.preflight import npu_ops
 from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.recording import Recording
 
 KIND = "cpu-fallback"
 ADVICE = (
@@ -62,14 +63,14 @@ def reaches_backend(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4)
-def with_functional_twins(ops: frozenset) -> frozenset:
+def with_functional_twins(ops: frozenset[str]) -> frozenset[str]:
     """`ops` and the functional overload of each out= one in it: a structured operator
     listed as `add.out` serves `add.Tensor` too."""
     twins = {npu_ops.functional_name(name) for name in ops if name.startswith("aten::")}
     return ops | frozenset(name for name in twins if name)
 
 
-def findings(recording, context: Context) -> list[Finding]:
+def findings(recording: Recording, context: Context) -> list[Finding]:
     listed = with_functional_twins(context.npu_ops)
     out = []
     for (name, site), calls in recording.ops.items():

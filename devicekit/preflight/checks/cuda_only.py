@@ -4,12 +4,13 @@ or that need a change by hand."""
 from pathlib import Path
 
 from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.recording import Recording
 
 KIND = "cuda-only"
 ADVICE = "python -m devicekit port --write FILE rewrites these; the rest are listed by hand"
 
 
-def findings(recording, context: Context) -> list[Finding]:
+def findings(recording: Recording, context: Context) -> list[Finding]:
     from devicekit.port.engine import ParseFailure, port_source
 
     out = []

@@ -3,6 +3,7 @@ boolean-mask indexing, masked_select, unique): the device must finish and report
 size to the host before anything after them can be compiled or launched."""
 
 from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.recording import Recording
 
 KIND = "data-dependent-shape"
 ADVICE = (
@@ -11,7 +12,7 @@ ADVICE = (
 )
 
 
-def findings(recording, context: Context) -> list[Finding]:
+def findings(recording: Recording, context: Context) -> list[Finding]:
     return from_table(
         KIND,
         recording.data_dependent,

@@ -2,6 +2,7 @@
 (a smaller last batch, a variable sequence length): the NPU compiles each new shape."""
 
 from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.recording import Recording, Shapes, Site
 
 KIND = "dynamic-shape"
 KEEP_ORDER = True  # the order the lines first ran in: the first is where the change starts
@@ -12,8 +13,8 @@ ADVICE = (
 SHOWN = 4  # shapes named in a finding's detail
 
 
-def findings(recording, context: Context) -> list[Finding]:
-    by_site = {}
+def findings(recording: Recording, context: Context) -> list[Finding]:
+    by_site: dict[Site, tuple[str, list[Shapes]]] = {}
     for (name, site), per_step in recording.shapes.items():
         if not _new_shape_after_first(per_step):
             continue
@@ -40,7 +41,7 @@ def findings(recording, context: Context) -> list[Finding]:
     return out
 
 
-def _new_shape_after_first(per_step) -> bool:
+def _new_shape_after_first(per_step: dict[int, set[Shapes]]) -> bool:
     """Whether a step after the first this line ran in brings a shape not seen before (a
     first step may run more, such as an optimizer creating its state: that compiles once)."""
     periods = [per_step[step] for step in sorted(per_step)]
@@ -52,7 +53,7 @@ def _new_shape_after_first(per_step) -> bool:
     return False
 
 
-def _varying(shape, seen):
+def _varying(shape: Shapes, seen: list[Shapes]) -> str:
     """The input shapes of one call that differ between the calls `seen`, as "[4, 16]"."""
     varying = [
         i

@@ -2,6 +2,7 @@
 cores do not run (torch_npu computes them slowly or casts them)."""
 
 from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.recording import Recording
 
 KIND = "float64"
 ADVICE = (
@@ -10,5 +11,5 @@ ADVICE = (
 )
 
 
-def findings(recording, context: Context) -> list[Finding]:
+def findings(recording: Recording, context: Context) -> list[Finding]:
     return from_table(KIND, recording.float64, lambda op, calls: f"{op} on float64 tensors")

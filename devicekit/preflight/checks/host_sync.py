@@ -2,6 +2,7 @@
 tensor) inside the step: on an NPU each read waits for all queued device work."""
 
 from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.recording import Recording
 
 KIND = "host-sync"
 ADVICE = (
@@ -10,7 +11,7 @@ ADVICE = (
 )
 
 
-def findings(recording, context: Context) -> list[Finding]:
+def findings(recording: Recording, context: Context) -> list[Finding]:
     steps = max(recording.steps, 1)
     out = []
     for (what, site), calls in recording.host_reads.items():

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import main as main_module
 from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused, working_directory
+from test_bad_input import TINY as BAD_INPUT_TINY
 from trainer import options
 
 PARSER = options.build_parser()
@@ -74,25 +75,8 @@ def command_lines(draw):
     return argv
 
 
-TINY = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "8",
-    "--epochs",
-    "1",
-    "--steps-per-epoch",
-    "2",
-    "--val-steps",
-    "1",
-    "-j",
-    "0",
-]
+# test_bad_input.py's tiny run, on synthetic data.
+TINY = ["--dummy", *BAD_INPUT_TINY]
 
 
 def run_main_until_launch(argv, folder):

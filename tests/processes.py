@@ -112,15 +112,16 @@ class Processes:
     def __enter__(self):
         return self
 
-    def start(self, name, argv, env):
-        """Start `argv` in its own session, output to `<name>.stdout` / `<name>.stderr`."""
+    def start(self, name, argv, env, cwd=REPO):
+        """Start `argv` in `cwd` (the repository unless told), in its own session, output to
+        `<name>.stdout` / `<name>.stderr`."""
         out, err = (
             output_file(self.directory / f"{name}.{stream}") for stream in ("stdout", "stderr")
         )
         proc = subprocess.Popen(
             argv,
             env=env,
-            cwd=REPO,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,

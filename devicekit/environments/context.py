@@ -14,17 +14,29 @@ class LaunchContext:
     """
 
     mode: str
+    """The launch environment: `torchrun`, `launch`, `env`, `slurm`, `spawn`, `single`..."""
     rank: int
+    """This process's rank among all processes of the run."""
     local_rank: int
+    """This process's index among the processes of its node."""
     world_size: int
+    """How many processes the run has."""
     local_world_size: int
+    """How many processes run on this node."""
     node_rank: int
+    """This node's index."""
     nnodes: int
+    """How many nodes the run has."""
     master_addr: str
+    """The address where the ranks meet."""
     master_port: int
+    """The port where the ranks meet."""
     device_index: int
+    """The index of the device this process computes on (0 on a CPU)."""
     device_list: tuple[int, ...] | None = None
+    """The devices of the node's processes, in local-rank order, when given (`--device-list`)."""
     launcher_store: bool = False
+    """Whether the ranks join the store the launcher's agent serves (env://)."""
 
     @property
     def distributed(self) -> bool:

@@ -32,17 +32,28 @@ class LaunchOptions:
     (`--rank 5`), otherwise the Python arguments (`rank=5`).
     """
 
-    local_rank: int | None = None  # torch.distributed.launch's --local-rank / --local_rank
-    gpu: int | None = None  # the device index (Ascend scripts pass --gpu $RANK_ID)
-    rank: int | None = None  # global rank, or the node rank when spawning
-    world_size: int | None = None  # ranks, or nodes when spawning
-    dist_url: str | None = None  # tcp://HOST:PORT or env://
-    addr: str | None = None  # master address (Ascend scripts' --addr)
-    port: int | None = None  # master port (Ascend scripts' --port)
-    multiprocessing_distributed: bool = False  # spawn this node's processes
-    nproc_per_node: int | None = None  # processes per node when spawning
-    device_list: tuple[int, ...] | None = None  # the device ids of this node's processes
+    local_rank: int | None = None
+    """The local rank `torch.distributed.launch` passes (`--local-rank`, `--local_rank`)."""
+    gpu: int | None = None
+    """The device index (Ascend scripts pass `--gpu $RANK_ID`)."""
+    rank: int | None = None
+    """The global rank, or the node rank when spawning."""
+    world_size: int | None = None
+    """The number of ranks, or of nodes when spawning."""
+    dist_url: str | None = None
+    """The init method: `tcp://HOST:PORT` or `env://`."""
+    addr: str | None = None
+    """The master address (Ascend scripts' `--addr`)."""
+    port: int | None = None
+    """The master port (Ascend scripts' `--port`)."""
+    multiprocessing_distributed: bool = False
+    """Whether this process spawns its node's processes."""
+    nproc_per_node: int | None = None
+    """The processes per node when spawning."""
+    device_list: tuple[int, ...] | None = None
+    """The device ids of this node's processes."""
     cli: bool = False
+    """Whether error messages name command-line flags (`--rank`) or Python arguments."""
 
     def __post_init__(self) -> None:
         for name in ("local_rank", "gpu", "rank", "world_size", "port", "nproc_per_node"):

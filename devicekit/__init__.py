@@ -17,7 +17,7 @@ A flat API in the manner of torch.accelerator: module-level functions whose answ
     if __name__ == "__main__":
         devicekit.launch(main, args=(cfg,))   # python script.py | torchrun | a shell loop | ...
 
-README.md has the table of every function.
+The documentation's API reference (docs/reference.md) lists every function.
 """
 
 import os

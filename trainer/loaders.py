@@ -78,7 +78,7 @@ class ShardSampler(Sampler):
 def freeze_inherited_objects(worker_id):
     """DataLoader worker start: keep the objects inherited from the parent out of the garbage
     collector's reach. Its first full collection would write to every one of them, copying
-    their pages into each forked worker (~35 MiB per worker measured, see README)."""
+    their pages into each forked worker (~35 MiB per worker measured, see docs/performance.md)."""
     gc.freeze()
 
 

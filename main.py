@@ -337,10 +337,11 @@ def epoch_metrics(
 
 def finish(ctx: devicekit.LaunchContext, model: torch.nn.Module) -> None:
     """Say this rank finished, with a fingerprint of its weights: equal on all ranks."""
-    print(
-        f"=> rank {ctx.rank}/{ctx.world_size} done: weights {devicekit.fingerprint(model)}",
-        flush=True,
-    )
+    line = f"=> rank {ctx.rank}/{ctx.world_size} done: weights {devicekit.fingerprint(model)}\n"
+    # One write: print() writes the text and its newline apart when Python runs unbuffered
+    # (PYTHONUNBUFFERED, common in containers), and ranks finishing together share a line.
+    sys.stdout.write(line)
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

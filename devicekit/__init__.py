@@ -30,6 +30,7 @@ import sys
 if "torch" not in sys.modules:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
+from devicekit import errors as _errors
 from devicekit.accelerator import (
     accelerator_type,
     backend,
@@ -97,7 +98,7 @@ from devicekit.simulate import activate_from_environment
 try:
     activate_from_environment()
 except UsageError as _error:
-    print(f"error: {_error}", file=sys.stderr, flush=True)
+    _errors.say(f"error: {_error}")
     raise SystemExit(2) from None
 
 # A UsageError that escapes the user's script: one line and exit code 2, no traceback.

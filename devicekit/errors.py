@@ -39,9 +39,17 @@ def one_line(text: str) -> str:
     )
 
 
+def say(line: str) -> None:
+    """Write `line` and its newline to stderr in one call. Ranks share their launcher's
+    stderr, and print() writes the newline apart when Python runs unbuffered
+    (PYTHONUNBUFFERED, common in containers): two ranks' lines could then be glued."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def warn(message: str) -> None:
     """Print a one-line devicekit warning on stderr."""
-    print(f"devicekit: warning: {message}", file=sys.stderr, flush=True)
+    say(f"devicekit: warning: {message}")
 
 
 def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -52,7 +60,7 @@ def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
         try:
             return func(*args, **kwargs)
         except UsageError as error:
-            print(f"error: {error}", file=sys.stderr, flush=True)
+            say(f"error: {error}")
             sys.exit(EXIT_USAGE)
 
     return wrapper
@@ -69,7 +77,7 @@ def report_usage_errors() -> None:
         kind: type[BaseException], error: BaseException, traceback: TracebackType | None
     ) -> None:
         if issubclass(kind, UsageError):
-            print(f"error: {error}", file=sys.stderr, flush=True)
+            say(f"error: {error}")
             raise SystemExit(EXIT_USAGE)  # Python exits with the code a hook raises
         previous(kind, error, traceback)
 
@@ -83,5 +91,5 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         command = f"python {self.prog}" if self.prog.endswith(".py") else self.prog
-        print(f"error: {one_line(message)} (see: {command} --help)", file=sys.stderr, flush=True)
+        say(f"error: {one_line(message)} (see: {command} --help)")
         sys.exit(EXIT_USAGE)

@@ -12,7 +12,6 @@ import multiprocessing.connection
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -26,7 +25,7 @@ import torch.multiprocessing as mp
 from devicekit import runtime
 from devicekit.distributed import destroy_process_group
 from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
-from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error
+from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error, say
 from devicekit.kinds.base import DeviceKind
 
 NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
@@ -226,11 +225,7 @@ def _supervise(
     def on_signal(signum: int, frame: FrameType | None) -> NoReturn:
         _stop(procs)
         name = signal.Signals(signum).name
-        print(
-            f"devicekit: {name} received: stopped all {len(procs)} ranks",
-            file=sys.stderr,
-            flush=True,
-        )
+        say(f"devicekit: {name} received: stopped all {len(procs)} ranks")
         raise SystemExit(128 + signum)
 
     previous = (
@@ -287,7 +282,7 @@ def _failure(index: int, code: int) -> RankFailed:
             f"exited with code {code}"
             + (" (an uncaught exception, traceback above)" if code == 1 else ""),
         )
-    print(f"error: {failure}", file=sys.stderr, flush=True)
+    say(f"error: {failure}")
     return failure
 
 

@@ -342,3 +342,36 @@ def test_two_processes_claiming_one_rank_are_named_not_a_port_clash(tmp_path):
         claims = [r for r in results if f"two processes claim rank {rank}" in r.stderr]
         assert len(claims) == 1, describe(results)
         assert claims[0].returncode == 2 and "already in use" not in claims[0].stderr
+
+
+class _Writes:
+    """A stream that keeps each write() call apart."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_warnings_and_errors_are_whole_lines_in_one_write(monkeypatch):
+    """Ranks share their launcher's stderr; a line written in two parts (print() writes the
+    newline apart when Python runs unbuffered) can get another rank's line glued to it."""
+    stderr = _Writes()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    devicekit.warn("careful")
+
+    @devicekit.exit_on_usage_error
+    def command():
+        raise devicekit.UsageError("--lr 0 must be a positive, finite number")
+
+    with pytest.raises(SystemExit):
+        command()
+    assert stderr.writes == [
+        "devicekit: warning: careful\n",
+        "error: --lr 0 must be a positive, finite number\n",
+    ]

@@ -741,3 +741,38 @@ def test_epoch_seeded_dataset_takes_large_seeds(seed):
     dataset = EpochSeededDataset(_Boxes(), seed=seed)
     assert dataset[(5, 3)] == dataset[(5, 3)]
     assert dataset[(5, 3)] != dataset[(6, 3)]
+
+
+def test_a_rank_says_it_is_done_in_one_write(monkeypatch):
+    """Ranks that finish together share one stdout. print() writes the text and its newline
+    apart (two system calls when Python runs unbuffered, as PYTHONUNBUFFERED=1 makes it in
+    containers and in these tests), and another rank's line could then land in between,
+    gluing two `=> rank R/W done` lines into one."""
+    import main
+
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    context = devicekit.LaunchContext(
+        mode="env",
+        rank=1,
+        local_rank=1,
+        world_size=2,
+        local_world_size=2,
+        node_rank=0,
+        nnodes=1,
+        master_addr="127.0.0.1",
+        master_port=29500,
+        device_index=1,
+    )
+    main.finish(context, torch.nn.Linear(2, 2))
+    assert len(writes) == 1, writes
+    assert re.fullmatch(r"=> rank 1/2 done: weights [0-9a-f]+\n", writes[0]), writes

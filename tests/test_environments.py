@@ -19,10 +19,12 @@ from devicekit.environments import (
 )
 from devicekit.errors import UsageError
 
-# The namespaces, the marked-process harness and the hard time limit of the two-node test.
+# The namespaces, the marked-process harness, the hard time limit and main.py's arguments
+# of the two-node test.
 from test_faults import (  # noqa: F401  (fixtures are used by name)
     GONE_BOUND_S,
     PY,
+    TWO_NODE_ARGS,
     Tracked,
     _hard_time_limit,
     run_8p_on_two_nodes,
@@ -742,26 +744,6 @@ def test_doctor_warns_about_a_small_dev_shm_and_a_mismatched_torch_npu(monkeypat
 
 # -- two nodes in network namespaces, started the Slurm way ---------------------------------------
 
-TINY = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "2",
-    "--steps-per-epoch",
-    "3",
-    "--val-steps",
-    "2",
-    "-j",
-    "0",
-]
-
 
 def _weights(text):
     """{rank: weights hash} from the `=> rank R/W done: weights H` lines of a log."""
@@ -804,7 +786,7 @@ def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
                     ns["names"][node],
                     PY,
                     "main.py",
-                    *TINY,
+                    *TWO_NODE_ARGS,
                     "--output-dir",
                     tmp_path / f"slurm{node}",
                 ],
@@ -826,7 +808,7 @@ def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
     assert not (tmp_path / "slurm1").exists(), "only global rank 0 writes"
 
     with Tracked(tmp_path, "run_8p") as run:
-        shell = run_8p_on_two_nodes(run, ns, TINY, tmp_path, log_dir="logs", timeout=240)
+        shell = run_8p_on_two_nodes(run, ns, TWO_NODE_ARGS, tmp_path, log_dir="logs", timeout=240)
     assert [result.returncode for result in shell] == [0, 0], "\n".join(map(str, shell))
     shell_weights = {}
     for node in (0, 1):

@@ -811,30 +811,34 @@ def run_8p_on_two_nodes(run, ns, args, tmp_path, log_dir="node", timeout=200):
     return results
 
 
+# main.py's arguments for the two-node runs: run_8p.sh's here and Slurm's in
+# test_environments.py, which must end with the same weights.
+TWO_NODE_ARGS = [
+    "--dummy",
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "16",
+    "--epochs",
+    "2",
+    "--steps-per-epoch",
+    "3",
+    "--val-steps",
+    "2",
+    "-j",
+    "0",
+]
+
+
 @time_limit(240)
 def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
     ns = two_namespaces
-    args = [
-        "--dummy",
-        "-a",
-        "tinynet",
-        "--num-classes",
-        "10",
-        "--image-size",
-        "32",
-        "-b",
-        "16",
-        "--epochs",
-        "2",
-        "--steps-per-epoch",
-        "3",
-        "--val-steps",
-        "2",
-        "-j",
-        "0",
-    ]
     with Tracked(tmp_path) as run:
-        results = run_8p_on_two_nodes(run, ns, args, tmp_path)
+        results = run_8p_on_two_nodes(run, ns, TWO_NODE_ARGS, tmp_path)
     logs = {
         (node, i): (tmp_path / f"node{node}" / f"rank_{i}.log").read_text()
         for node in (0, 1)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from devicekit import kinds, rendezvous, runtime
 from devicekit.environments import LaunchContext, LaunchOptions
-from devicekit.errors import UsageError, warn
+from devicekit.errors import UsageError, keep_lines_whole, warn
 from devicekit.kinds.base import DeviceKind
 from devicekit.network import interface_towards
 
@@ -90,6 +90,8 @@ def init_distributed(
         runtime.warn_if_contradicted(options, ctx)
     else:
         ctx = runtime.context(options)
+    if ctx.distributed:
+        keep_lines_whole()
     runtime.settle_master(ctx)
     if kind.is_accelerator:
         kind.set_device(ctx.device_index)

@@ -9,6 +9,7 @@ a UsageError that escapes a user's own script. Internal bugs keep their tracebac
 
 import argparse
 import functools
+import io
 import sys
 from collections.abc import Callable
 from types import TracebackType
@@ -45,6 +46,16 @@ def say(line: str) -> None:
     (PYTHONUNBUFFERED, common in containers): two ranks' lines could then be glued."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+def keep_lines_whole() -> None:
+    """Make stdout and stderr write each line in one call (line buffering). Ranks share
+    their launcher's streams, and when Python runs unbuffered (PYTHONUNBUFFERED, common in
+    containers) print() writes a line's text and its newline apart: two ranks' lines could
+    then be glued into one."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
 
 
 def warn(message: str) -> None:

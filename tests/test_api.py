@@ -375,3 +375,29 @@ def test_warnings_and_errors_are_whole_lines_in_one_write(monkeypatch):
         "devicekit: warning: careful\n",
         "error: --lr 0 must be a positive, finite number\n",
     ]
+
+
+def test_a_user_print_on_a_rank_is_one_write_even_unbuffered(monkeypatch):
+    """init_distributed() makes a rank of a distributed run line-buffered: a user's own
+    print() then reaches the shared stream in one write (python -u writes the newline apart),
+    so lines of two ranks stay apart."""
+    import io
+
+    from devicekit.errors import keep_lines_whole
+
+    class Raw(io.RawIOBase):
+        def __init__(self):
+            self.writes = []
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.writes.append(bytes(data))
+            return len(data)
+
+    raw = Raw()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, write_through=True))  # python -u
+    keep_lines_whole()
+    print("rank", 1, "done")
+    assert raw.writes == [b"rank 1 done\n"]

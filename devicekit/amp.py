@@ -31,7 +31,7 @@ def prefers_channels_last(amp: bool) -> bool:
 
 def autocast(enabled: bool | None = None, dtype: DType = None) -> torch.autocast:
     """torch.autocast for this process's device type (a GPU's "cuda", an NPU's "npu":
-    `torch.autocast("cuda")` on an NPU would silently do nothing).
+    `torch.autocast("cuda")` on an NPU only warns and runs in fp32).
 
     `enabled=None` follows the device's default (see amp_enabled); `dtype` defaults to the
     device's low-precision type: float16 on GPUs and NPUs, bfloat16 on CPUs.

@@ -465,3 +465,32 @@ def test_a_kind_registered_at_import_time_reaches_spawned_ranks(tmp_path):
         "rank 0 of 2 on twincpu",
         "rank 1 of 2 on twincpu",
     ], result.stdout
+
+
+@pytest.mark.parametrize(
+    "onednn, capability, native",
+    [
+        (True, {"architecture": "x86_64", "avx512_bf16": True, "amx_bf16": False}, True),
+        (True, {"architecture": "x86_64", "avx512_bf16": False, "amx_bf16": True}, True),
+        # Cascade Lake: AVX-512 without bf16; oneDNN emulates it, 2x slower than fp32
+        (True, {"architecture": "x86_64", "avx512_bf16": False, "amx_bf16": False}, False),
+        (False, {"architecture": "x86_64", "avx512_bf16": False, "amx_bf16": False}, False),
+        (True, {"architecture": "arm64"}, True),  # oneDNN says yes on Arm only with BF16
+        (False, {"architecture": "arm64"}, False),
+        (True, None, False),  # a torch without the capability query: fp32
+    ],
+)
+def test_bf16_autocast_is_the_cpu_default_only_where_the_cpu_computes_bf16(
+    monkeypatch, onednn, capability, native
+):
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn)
+    if capability is None:
+        monkeypatch.delattr(torch._C._cpu, "_get_cpu_capability")
+    else:
+        monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: capability)
+    assert kinds.get("cpu").default_amp() is native
+    devicekit.runtime.kind("cpu")
+    assert devicekit.amp_enabled() is native
+    with devicekit.autocast():
+        out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
+    assert out.dtype == (torch.bfloat16 if native else torch.float32)

@@ -139,6 +139,19 @@ def test_steps_stops_the_script_after_that_many_optimizer_steps(tmp_path):
     assert "(stopped)" in result.stdout
 
 
+@pytest.mark.parametrize("steps, note", [("3", False), ("5", True)])
+def test_a_script_that_ends_before_steps_gets_a_note_and_one_that_reaches_it_none(
+    tmp_path, steps, note
+):
+    report, result = report_of(tmp_path, "--steps", steps, "hazards.py")  # 3 steps
+    assert result.returncode == 0, result.stderr
+    assert report["steps"] == 3
+    expected = (
+        "devicekit preflight: note: hazards.py ended after 3 optimizer step(s), before --steps 5"
+    )
+    assert result.stderr.strip() == (expected if note else ""), result.stderr
+
+
 def test_autocast_for_another_device_and_cuda_only_calls(tmp_path):
     report, result = report_of(tmp_path, "wrong_autocast.py")
     assert result.returncode == 0, result.stderr

@@ -273,7 +273,12 @@ def main(argv: list[str]) -> int:
             "known per step; the findings cover what it ran",
             file=sys.stderr,
         )
-    elif args.steps is not None and outcome.state != "stopped" and outcome.exit_code == 0:
+    elif (
+        args.steps is not None
+        and recording.steps < args.steps
+        and outcome.state != "stopped"
+        and outcome.exit_code == 0
+    ):
         print(
             f"devicekit preflight: note: {target} ended after {recording.steps} optimizer "
             f"step(s), before --steps {args.steps}",

@@ -11,24 +11,24 @@ from devicekit.errors import ArgumentParser, exit_on_usage_error
 
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(
-        prog="devicekit", description="Run one PyTorch program on cuda, npu or cpu."
+        prog="devicekit", description="Run one PyTorch program on cuda, npu, xpu or cpu."
     )
     parser.add_argument("--version", action="version", version=f"devicekit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     explain = commands.add_parser("doctor", help="explain this machine and what devicekit chooses")
-    explain.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
+    explain.add_argument("--device", help="cuda, gpu, npu, xpu, cpu or auto (default: auto)")
     explain.add_argument("--json", action="store_true", help="print JSON")
 
     count = commands.add_parser(
         "nproc", help="print how many ranks to start per node here (launch/run_8p.sh uses it)"
     )
-    count.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
+    count.add_argument("--device", help="cuda, gpu, npu, xpu, cpu or auto (default: auto)")
 
     prove = commands.add_parser(
         "check", help="verify collectives across all ranks and time all_reduce"
     )
-    prove.add_argument("--device", help="cuda, gpu, npu, cpu or auto (default: auto)")
+    prove.add_argument("--device", help="cuda, gpu, npu, xpu, cpu or auto (default: auto)")
     prove.add_argument(
         "--nproc-per-node",
         "--nproc_per_node",

@@ -1,6 +1,6 @@
 """This rank's device, in the manner of torch.accelerator and torch.cuda.
 
-Each function asks the process's device kind (cuda, npu or cpu) and, for "this rank",
+Each function asks the process's device kind (cuda, npu, xpu or cpu) and, for "this rank",
 the launch context. On a GPU they do what the torch.cuda function of the same name
 does; on a CPU the device calls are no-ops and the allocator figures are 0.
 """
@@ -32,7 +32,8 @@ def device(index: int | None = None) -> torch.device:
 
 
 def device_type() -> str:
-    """The device kind this process runs on: "cuda", "npu" or "cpu"."""
+    """The device kind this process runs on: "cuda", "npu", "xpu", "cpu" or a kind a script
+    registered."""
     return runtime.kind().name
 
 
@@ -51,7 +52,7 @@ def is_accelerator(device: str | torch.device) -> bool:
 
 
 def accelerator_type() -> str | None:
-    """The accelerator this process computes on ("cuda", "npu"), or None on a CPU: the
+    """The accelerator this process computes on ("cuda", "npu", "xpu"), or None on a CPU: the
     portable form of the "cuda" in `device_type == "cuda"`."""
     kind = runtime.kind()
     return kind.name if kind.is_accelerator else None
@@ -76,7 +77,7 @@ def default_ranks_per_node() -> int:
 
 
 def backend() -> str:
-    """The collective backend of this process's device: "nccl", "hccl" or "gloo"."""
+    """The collective backend of this process's device: "nccl", "hccl", "xccl" or "gloo"."""
     return runtime.kind().backend
 
 

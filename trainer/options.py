@@ -154,7 +154,7 @@ def build_parser():
         "--device",
         default="auto",
         choices=device_choices(),
-        help="device kind (default auto: npu, then cuda, then cpu)",
+        help="device kind (default auto: npu, then cuda, then xpu, then cpu)",
     )
     p.add_argument(
         "--device-list",

@@ -95,7 +95,7 @@ def nprocs_per_node(nprocs: int | None = None, *, options: LaunchOptions | None 
     options = options or LaunchOptions()
     if _runs_here(nprocs, options):
         return runtime.context(options).local_world_size
-    return len(options.device_list) if options.device_list else _nprocs(nprocs, options)
+    return _nprocs(nprocs, options)
 
 
 def _runs_here(nprocs: int | None, options: LaunchOptions) -> bool:
@@ -112,6 +112,8 @@ def _nprocs(nprocs: int | str | None, options: LaunchOptions) -> int:
         name = "--nproc-per-node" if options.cli else "nprocs"
     elif options.nproc_per_node is not None:
         nprocs, name = options.nproc_per_node, options.name("nproc_per_node")
+    elif options.device_list:
+        return len(options.device_list)
     elif NPROC_ENV in os.environ:
         nprocs, name = os.environ[NPROC_ENV], NPROC_ENV
     else:

@@ -358,6 +358,34 @@ def test_check_passes_on_npu_over_hccl_with_two_ranks():
     assert sorted(r["device"] for r in report["ranks"]) == ["npu:0", "npu:1"], report
 
 
+DEVICE_LIST_SCRIPT = """
+import devicekit
+from devicekit import LaunchOptions
+
+def main(local_rank):
+    devicekit.init_distributed()
+    print(f"rank {devicekit.rank()} of {devicekit.world_size()} on {devicekit.device()}")
+    devicekit.destroy_process_group()
+
+if __name__ == "__main__":
+    options = LaunchOptions(multiprocessing_distributed=True, device_list=(1, 3))
+    print("ranks per node", devicekit.nprocs_per_node(options=options))
+    devicekit.launch(main, options=options)
+"""
+
+
+@pytest.mark.slow
+def test_a_device_list_alone_says_how_many_ranks_to_start_and_where(tmp_path):
+    # --device-list 1,3 without --nproc-per-node: two ranks, on npu:1 and npu:3 (it used
+    # to start one per visible device and then refuse the count it had chosen itself)
+    script = tmp_path / "device_list.py"
+    script.write_text(DEVICE_LIST_SCRIPT)
+    result = run_python([script], DEVICEKIT_SIMULATE_DEVICES="4", DEVICEKIT_DEVICE="npu")
+    assert result.returncode == 0, result.stderr
+    lines = sorted(result.stdout.splitlines())
+    assert lines == ["rank 0 of 2 on npu:1", "rank 1 of 2 on npu:3", "ranks per node 2"], lines
+
+
 @pytest.fixture(scope="module")
 def cpu_reference(tmp_path_factory):
     """The TINY run on the CPU in fp32 (the npu runs compute with the same kernels)."""

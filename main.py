@@ -6,6 +6,11 @@ shell loop (launch/run_8p.sh), or with Ascend's RANK_ID/RANK_SIZE scripts. Every
 decision is devicekit's; this file never names a device.
 """
 
+# devicekit before torch: it turns torch's backend autoload off, so that an Ascend machine
+# without CANN gets devicekit's one-line message rather than a traceback from `import torch`.
+import devicekit
+
+# isort: split
 import argparse
 import functools
 import math
@@ -17,7 +22,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-import devicekit
 import models
 from trainer import data, loop, observe, state
 from trainer.batching import split_per_process

@@ -5,14 +5,17 @@ this rank's), its first layer stays frozen, a new head is trained with AdamW on 
 DistributedSampler shard (at world size 1 too), and accuracy is summed over all ranks.
 """
 
+# devicekit before torch: it turns torch's backend autoload off, so that an Ascend machine
+# without CANN gets devicekit's one-line message rather than a traceback from `import torch`.
+import devicekit
+
+# isort: split
 import argparse
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-import devicekit
 
 
 def backbone():

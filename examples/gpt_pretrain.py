@@ -7,14 +7,17 @@ loss scaling on GPUs, bf16 on CPUs that have it natively), and a checkpoint ever
 shell loop or a scheduler, on GPU, NPU or CPU.
 """
 
+# devicekit before torch: it turns torch's backend autoload off, so that an Ascend machine
+# without CANN gets devicekit's one-line message rather than a traceback from `import torch`.
+import devicekit
+
+# isort: split
 import argparse
 import math
 import os
 
 import torch
 import torch.nn as nn
-
-import devicekit
 
 VOCAB, BLOCK = 32, 16
 

@@ -5,12 +5,15 @@ Scripts written for `python -m torch.distributed.launch --nproc_per_node N` pars
 spellings are accepted. devicekit.launch() also runs it plainly or under torchrun.
 """
 
+# devicekit before torch: it turns torch's backend autoload off, so that an Ascend machine
+# without CANN gets devicekit's one-line message rather than a traceback from `import torch`.
+import devicekit
+
+# isort: split
 import argparse
 
 import torch
 import torch.nn as nn
-
-import devicekit
 
 
 def batches(step, rank, world_size, batch_size, seed=0):

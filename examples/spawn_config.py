@@ -6,12 +6,15 @@ when run plainly (`python examples/spawn_config.py`; 2 ranks on a CPU), or once 
 process when torchrun, a shell loop or a scheduler started it.
 """
 
+# devicekit before torch: it turns torch's backend autoload off, so that an Ascend machine
+# without CANN gets devicekit's one-line message rather than a traceback from `import torch`.
+import devicekit
+
+# isort: split
 import argparse
 
 import torch
 import torch.nn as nn
-
-import devicekit
 
 
 class Config:

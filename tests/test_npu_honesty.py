@@ -670,6 +670,20 @@ def test_importing_devicekit_first_keeps_torch_importable(npu_target, no_cann):
     assert result.stdout.strip() == "0", result.stdout
 
 
+@pytest.mark.parametrize(
+    "program", ["main.py", *sorted(p.name for p in (REPO / "examples").glob("*.py"))]
+)
+def test_main_and_the_examples_on_npu_without_cann_say_so_in_one_line(program, npu_target, no_cann):
+    """They import devicekit before torch, so torch's autoload never reaches torch_npu."""
+    args = [REPO / "main.py", "--dummy"] if program == "main.py" else [REPO / "examples" / program]
+    result = run_python(args, subprocess_env(npu_target, DEVICEKIT_DEVICE="npu"))
+    output = result.stderr + result.stdout
+    assert AUTOLOAD_ERROR not in output and "Traceback" not in output, output
+    assert result.returncode == 2, output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and CANN_MISSING in lines[0], lines
+
+
 def test_check_on_npu_without_cann_prints_one_line(npu_target, no_cann):
     result = run_python(["-m", "devicekit", "check", "--device", "npu"], subprocess_env(npu_target))
     assert result.returncode == 2, result.stderr

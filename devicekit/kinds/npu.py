@@ -8,7 +8,7 @@ Settings that decide speed, checked against torch-npu 2.13.0's sources:
   (Atlas A2 "Ascend910B*", A3 "Ascend910_93*") devicekit sets `jit_compile=False` when it
   binds the device, so an older CANN's on-line compilation default cannot slow a run down;
   elsewhere (Ascend 910A) the CANN default stands. DEVICEKIT_NPU_JIT_COMPILE=0/1 forces it.
-- autocast: device type "npu" (`torch.autocast("cuda")` is a silent no-op on an NPU).
+- autocast: device type "npu" (`torch.autocast("cuda")` on an NPU only warns and runs in fp32).
 - GradScaler: torch_npu's `torch.npu.amp.GradScaler`, Ascend's recommendation (see
   `grad_scaler`).
 """

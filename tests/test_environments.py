@@ -516,6 +516,30 @@ def test_slurm_two_nodes_without_master_addr():
     assert not ctx.launcher_store
 
 
+def test_the_reference_multi_node_idiom_under_srun_is_refused_with_the_way_that_works():
+    # srun --ntasks-per-node=1 -N 2 python main.py --multiprocessing-distributed ...: the
+    # tasks are the ranks, so it would have trained one process per node without a word
+    one_task_per_node = dict(
+        SLURM_2X8,
+        SLURM_PROCID="1",
+        SLURM_NTASKS="2",
+        SLURM_LOCALID="0",
+        SLURM_NODEID="1",
+        SLURM_STEP_TASKS_PER_NODE="1(x2)",
+        SLURM_TASKS_PER_NODE="1(x2)",
+        SLURM_NTASKS_PER_NODE="1",
+    )
+    with pytest.raises(UsageError) as refused:
+        resolve(one_task_per_node, multiprocessing_distributed=True, world_size=2, rank=1)
+    assert str(refused.value) == (
+        "--multiprocessing-distributed was given but Slurm started this process as task 1 of "
+        "2 (SLURM_PROCID, SLURM_NTASKS): drop --multiprocessing-distributed, and start one "
+        "task per device (srun --ntasks-per-node=DEVICES), or run torchrun or "
+        "launch/run_8p.sh in one task per node"
+    )
+    assert resolve(one_task_per_node).world_size == 2  # without the flag: a run of 2 tasks
+
+
 def test_slurm_master_variables_win():
     ctx = resolve(dict(SLURM_2X8, MASTER_ADDR="10.1.1.1", MASTER_PORT="23456"))
     assert (ctx.master_addr, ctx.master_port) == ("10.1.1.1", 23456)

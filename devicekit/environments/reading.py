@@ -197,14 +197,15 @@ def check_ranks(
         )
 
 
-def refuse_spawning(options: LaunchOptions) -> None:
+def refuse_spawning(
+    options: LaunchOptions,
+    started_by: str = "a launcher already started this process (RANK/WORLD_SIZE are set)",
+    fix: str = "the launcher starts one process per device",
+) -> None:
     """A launcher started this process: --multiprocessing-distributed would start more."""
     if options.multiprocessing_distributed:
         flag = options.name("multiprocessing_distributed")
-        raise UsageError(
-            f"{flag} was given but a launcher already started this process (RANK/WORLD_SIZE "
-            f"are set): drop {flag}, the launcher starts one process per device"
-        )
+        raise UsageError(f"{flag} was given but {started_by}: drop {flag}, {fix}")
 
 
 def check_gpu_agrees(options: LaunchOptions, local_rank: int, variable: str = "LOCAL_RANK") -> None:

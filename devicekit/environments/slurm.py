@@ -25,6 +25,7 @@ from devicekit.environments.reading import (
     count,
     master,
     read_numbers,
+    refuse_spawning,
     require,
     to_int,
 )
@@ -129,6 +130,15 @@ class Slurm(LaunchEnvironment):
         rank, world_size, local_rank = (
             require(values, name, _FIX)
             for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+        )
+        # The reference example's multi-node idiom (one task per node, each spawning its
+        # devices) would run one process per node here: the tasks are the ranks.
+        refuse_spawning(
+            options,
+            f"Slurm started this process as task {rank} of {world_size} (SLURM_PROCID, "
+            "SLURM_NTASKS)",
+            "and start one task per device (srun --ntasks-per-node=DEVICES), or run torchrun "
+            "or launch/run_8p.sh in one task per node",
         )
         check_below(
             "SLURM_PROCID",

@@ -110,6 +110,11 @@ def run(cmd, env=None, timeout=RUN_TIMEOUT_S):
         except subprocess.TimeoutExpired:
             stop(proc)
             raise RuntimeError(f"{' '.join(cmd)} took longer than {timeout} s; stopped") from None
+        except BaseException:
+            # Ctrl-C, or benchmarks/gpu.sh's time limit (SIGINT): the run has a session of its
+            # own, so the signal did not reach it; it stops with this process.
+            stop(proc)
+            raise
         if proc.returncode != 0:
             err.seek(0)
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")

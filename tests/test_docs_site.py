@@ -199,3 +199,26 @@ def test_readme_is_a_few_screens_that_link_every_page():
     assert "](CHANGELOG.md)" in readme
     missing = [page for page in pages if page not in linked and page != "changelog.md"]
     assert missing == [], f"README.md does not link to docs/{', docs/'.join(missing)}"
+
+
+def _fenced(text, language):
+    """The bodies of the ```language blocks of a markdown text."""
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.M | re.S)
+
+
+def test_readme_tour_is_the_getting_started_script_and_commands():
+    """README's tour is not run by the docs tests because getting-started.md runs the same
+    script and commands: the two must not drift apart."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    started = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    tiny = [body for body in _fenced(readme, "python") if body.startswith("# tiny.py")]
+    assert tiny and tiny[0] in _fenced(started, "python"), "README's tiny.py differs"
+    (tour,) = [body for body in _fenced(readme, "bash") if "docs/getting-started.md runs" in body]
+    commands = {line.split("#")[0].strip() for line in tour.splitlines()} - {""}
+    run_there = {
+        line.split("#")[0].strip()
+        for body in _fenced(started, "bash")
+        if "not run by the tests" not in body
+        for line in body.splitlines()
+    }
+    assert commands <= run_there, f"not run in getting-started.md: {commands - run_there}"

@@ -1,9 +1,10 @@
 """The scripts in examples/ -- user scripts in four common styles, ported to devicekit's
 flat API -- run unchanged under every launcher.
 
-Each runs with 1 and 2 ranks as `python script.py`, under torchrun,
-`torch.distributed.launch`, `launch/run_8p.sh` and Ascend's RANK_ID/RANK_SIZE loop, with
-no branch in the script: every run finishes, every rank ends with the same weights,
+Each runs with 1 and 2 ranks, and each launcher (`python script.py`, torchrun,
+`torch.distributed.launch`, `launch/run_8p.sh` and Ascend's RANK_ID/RANK_SIZE loop) starts
+1 and 2 ranks, in a pairwise plan (PLAN), with no branch in the script: every run
+finishes, every rank ends with the same weights,
 and where the math allows (no batch norm, fp32) 2 ranks x B/2 end where 1 rank x B does.
 A rank that raises makes every launcher exit non-zero within seconds, nothing left
 running. Children run under tests/processes.py: own session, output in files, a timeout
@@ -163,17 +164,58 @@ def run_example(name, launcher, nproc, tmp_path, batch=None):
     return torch.load(out, weights_only=True), ranks
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-@pytest.mark.parametrize("name", list(EXAMPLES))
-def test_every_example_runs_under_every_launcher(name, launcher, nproc, tmp_path):
-    run_example(name, launcher, nproc, tmp_path)
+# Pairwise, not the full product: each launcher starts 1 rank and 2 ranks once, each
+# example runs with 1 and 2 ranks, and the examples of EQUIVALENT have both world sizes
+# (the launcher does not change the weights: test_train_runs.py proves it for main.py).
+PLAN = [
+    ("spawn_config", "python", 1),
+    ("launch_local_rank", "torchrun", 1),
+    ("gpt_pretrain", "launch", 1),
+    ("finetune_sampler", "run_8p", 1),
+    ("spawn_config", "ascend", 1),
+    ("spawn_config", "torchrun", 2),
+    ("launch_local_rank", "launch", 2),
+    ("gpt_pretrain", "run_8p", 2),
+    ("finetune_sampler", "ascend", 2),
+    ("launch_local_rank", "python", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def planned_runs(tmp_path_factory):
+    """{(example, launcher, nproc): (checkpoint, ranks)}, each run once when first asked."""
+    runs = {}
+
+    def get(name, launcher, nproc):
+        key = (name, launcher, nproc)
+        if key not in runs:
+            folder = tmp_path_factory.mktemp(f"{name}-{launcher}-{nproc}")
+            runs[key] = run_example(name, launcher, nproc, folder)
+        return runs[key]
+
+    return get
+
+
+def test_the_plan_covers_every_example_and_launcher_with_1_and_2_ranks():
+    for nproc in (1, 2):
+        assert {launcher for _, launcher, n in PLAN if n == nproc} == set(LAUNCHERS)
+        assert {name for name, _, n in PLAN if n == nproc} == set(EXAMPLES)
+
+
+@pytest.mark.parametrize(("name", "launcher", "nproc"), PLAN)
+def test_every_example_runs_under_the_launchers_of_the_plan(name, launcher, nproc, planned_runs):
+    planned_runs(name, launcher, nproc)
+
+
+def planned(name, nproc):
+    """The first run of the plan of example `name` with `nproc` ranks."""
+    return next(key for key in PLAN if key[0] == name and key[2] == nproc)
 
 
 @pytest.mark.parametrize("name", EQUIVALENT)
-def test_two_ranks_with_half_the_batch_equal_one_rank(name, tmp_path):
-    one, _ = run_example(name, "python", 1, tmp_path / "one")
-    two, _ = run_example(name, "torchrun", 2, tmp_path / "two")
+def test_two_ranks_with_half_the_batch_equal_one_rank(name, planned_runs):
+    one, _ = planned_runs(*planned(name, 1))
+    two, _ = planned_runs(*planned(name, 2))
     one, two = one["model"], two["model"]
     assert one.keys() == two.keys()
     rtol, atol = EQUIVALENT[name]
@@ -183,9 +225,9 @@ def test_two_ranks_with_half_the_batch_equal_one_rank(name, tmp_path):
         )
 
 
-def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path):
+def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path, planned_runs):
     """8 iterations straight equal 4, a checkpoint, and a resumed run of the last 4."""
-    straight, _ = run_example("gpt_pretrain", "torchrun", 2, tmp_path / "straight")
+    straight, _ = planned_runs(*planned("gpt_pretrain", 2))
     out = tmp_path / "resumed" / "gpt_pretrain.pt"
     out.parent.mkdir()
     common = ["--batch-size", "4", "--save-every", "4", "--no-amp", "--out", str(out)]

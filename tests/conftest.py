@@ -92,3 +92,55 @@ def pytest_runtest_makereport(item, call):
                 f"{seed}: DEVICEKIT_FAULT_SEED={seed} repeats them",
             )
         )
+
+
+# -- running on several workers (pytest-xdist; setup.cfg asks for 2) ------------------------
+
+# Modules whose tests are independent of one another are spread over the workers one test at
+# a time; every other module runs whole on one worker, so that its module-scoped runs (the
+# launcher matrices, the bad-input pool) are made once.
+SPREAD_MODULES = {"test_docs"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.module.__name__
+        if name not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(name))
+
+
+@functools.cache
+def _private_network_command():
+    """The command that starts a worker in a network namespace of its own, with only a
+    loopback: the workers' ranks, stores and default ports (29500) can never meet. None where
+    the machine cannot make one (no `unshare`, `ip`, or the right to use them)."""
+    import shutil
+    import subprocess
+
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        return None
+    command = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+    try:
+        subprocess.run([*command, "true"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return command
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (setup.cfg): 2 workers, each in its own network namespace, on a machine of 2
+    cores or more; without a namespace to give them, one process runs the tests in turn."""
+    if len(os.sched_getaffinity(0)) < 2 or _private_network_command() is None:
+        return 0
+    return 2
+
+
+def pytest_xdist_setupnodes(config, specs):
+    """Each worker in its own network namespace, where the machine allows it."""
+    import shlex
+
+    command = _private_network_command()
+    if command is None:
+        return
+    for spec in specs:
+        spec.python = shlex.join([*command, spec.python or sys.executable])

@@ -19,8 +19,71 @@
 #                   the script a way to continue, e.g. main.py --resume auto --save-every K)
 # Paths are relative to the directory you run it from. When any rank fails, the others are
 # stopped and the script exits with its exit code; SIGINT, SIGTERM or SIGHUP stop every
-# rank and exit 128 + the signal's number.
+# rank and exit 128 + the signal's number, at any moment, also when this script was started
+# in the background of another one (which starts it with SIGINT ignored); a SIGHUP ignored
+# on entry (nohup) stays ignored.
 set -euo pipefail
+
+# Signals come first, before any other command runs. Bash can neither trap nor reset a
+# signal ignored on entry, and a script started with `&` by a non-interactive shell (a job
+# script, a CI step beside others) gets SIGINT ignored: SIGINT would do nothing and the
+# ranks would train on. So with SIGINT or SIGTERM ignored the script starts again, same
+# pid and arguments, with both at their defaults (read from /proc: no command runs here).
+sig_ignored=0
+if [[ -r /proc/$$/status ]]; then
+    while read -r field value; do
+        if [[ $field == SigIgn: ]]; then sig_ignored=$(( 16#$value )); fi
+    done < "/proc/$$/status"
+fi
+if (( sig_ignored & (1 << (2 - 1) | 1 << (15 - 1)) )) && [[ -z ${RUN_8P_SIGNALS_RESET:-} ]] \
+        && command -v "${PYTHON:-python}" >/dev/null 2>&1; then
+    bash_options=()
+    if [[ $- == *x* ]]; then bash_options+=(-x); fi
+    RUN_8P_SIGNALS_RESET=1 exec "${PYTHON:-python}" -c '
+import os, signal, sys
+for number in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(number, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$BASH" "${bash_options[@]}" "${BASH_SOURCE[0]}" "$@"
+fi
+unset RUN_8P_SIGNALS_RESET sig_ignored
+
+# The traps come before any command bash waits for: without a trap, a SIGINT that came
+# while bash waited for a command was dropped unless the command died of it too (bash takes
+# it that the command handled it), and the ranks started anyway. RANK_OF: pid -> local rank.
+declare -A RANK_OF=()
+
+# Signals the process group of each rank (its loader workers too) and, where there is none
+# yet (a rank that has not reached setsid), the rank itself.
+signal_rank() { kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null || true; }
+
+stop_all() {
+    local pid pids
+    # Every rank, also one started a moment ago whose pid is not in RANK_OF yet.
+    mapfile -t pids < <(jobs -p)
+    pids+=("${!RANK_OF[@]}")
+    for pid in "${pids[@]}"; do signal_rank TERM "$pid"; done
+    for pid in "${pids[@]}"; do
+        # A rank that ignores SIGTERM for 10 s is killed.
+        timeout 10 tail --pid="$pid" -f /dev/null 2>/dev/null || signal_rank KILL "$pid"
+    done
+}
+for signal in INT:130 TERM:143 HUP:129; do
+    # shellcheck disable=SC2064  # the code is fixed now, per signal
+    trap "stop_all; echo 'run_8p: ${signal%%:*} received: stopped every rank' >&2; exit ${signal#*:}" "${signal%%:*}"
+done
+
+# Sets REPLY to the line "$@" prints; returns its exit status. Not REPLY=$("$@"): bash drops
+# a SIGINT that comes while it waits for a command substitution's process to exit (after
+# its output ended), trap or not; `wait` returns at once, and the trap runs and stops "$@".
+OUTPUT_FILE=$(mktemp 2>/dev/null) || OUTPUT_FILE=""
+trap '[[ -z $OUTPUT_FILE ]] || rm -f -- "$OUTPUT_FILE"' EXIT
+output_of() {
+    REPLY=""
+    if [[ -z $OUTPUT_FILE ]]; then REPLY=$("$@"); return; fi
+    "$@" > "$OUTPUT_FILE" &
+    wait "$!" || return
+    read -r REPLY < "$OUTPUT_FILE" || true
+}
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python}
@@ -36,13 +99,14 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]] && (( $1 >= 1 )); }
 
 command -v "$PYTHON" >/dev/null 2>&1 \
     || die "PYTHON=$PYTHON is not an executable on PATH: set PYTHON to your python interpreter"
-[[ -f $SCRIPT ]] || die "SCRIPT=$SCRIPT does not exist (relative to $(pwd)): give the path of a .py file"
+[[ -f $SCRIPT ]] || die "SCRIPT=$SCRIPT does not exist (relative to $PWD): give the path of a .py file"
 
 is_count "$NNODES" || die "NNODES=$NNODES must be a whole number >= 1"
 [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
     || die "NODE_RANK=$NODE_RANK must be a whole number below NNODES=$NNODES"
 if [[ -z ${NPROC_PER_NODE:-} ]]; then
-    NPROC_PER_NODE=$("$PYTHON" -m devicekit nproc) || exit 2
+    output_of "$PYTHON" -m devicekit nproc || exit 2
+    NPROC_PER_NODE=$REPLY
 fi
 is_count "$NPROC_PER_NODE" || die "NPROC_PER_NODE=$NPROC_PER_NODE must be a whole number >= 1"
 MAX_RESTARTS=${MAX_RESTARTS:-0}
@@ -55,7 +119,8 @@ else
     MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
     if [[ -z ${MASTER_PORT:-} ]]; then
         PORT_IS_OURS=1
-        MASTER_PORT=$("$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())')
+        output_of "$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())'
+        MASTER_PORT=$REPLY
     fi
 fi
 
@@ -73,29 +138,16 @@ export MASTER_ADDR MASTER_PORT NODE_RANK DEVICEKIT_LAUNCHER_PID=$$
 export WORLD_SIZE=$(( NNODES * NPROC_PER_NODE )) LOCAL_WORLD_SIZE=$NPROC_PER_NODE
 if [[ ${BIND_CORES:-0} == 1 ]]; then
     # The cores this script may use (inside a container's cpuset they need not start at 0).
-    read -r -a CPUS <<< "$("$PYTHON" -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+    output_of "$PYTHON" -c 'import os; print(*sorted(os.sched_getaffinity(0)))'
+    read -r -a CPUS <<< "$REPLY"
     PER=$(( ${#CPUS[@]} / NPROC_PER_NODE > 0 ? ${#CPUS[@]} / NPROC_PER_NODE : 1 ))
 fi
-declare -A RANK_OF=()
-
-stop_all() {
-    local pid
-    for pid in "${!RANK_OF[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
-    for pid in "${!RANK_OF[@]}"; do
-        # A rank that ignores SIGTERM for 10 s is killed.
-        timeout 10 tail --pid="$pid" -f /dev/null 2>/dev/null || kill -KILL -- "-$pid" 2>/dev/null || true
-    done
-}
-for signal in INT:130 TERM:143 HUP:129; do
-    # shellcheck disable=SC2064  # the code is fixed now, per signal
-    trap "stop_all; echo 'run_8p: ${signal%%:*} received: stopped every rank' >&2; exit ${signal#*:}" "${signal%%:*}"
-done
 
 # Each rank's log collects every attempt (MAX_RESTARTS), so it is emptied once, here.
 for (( i = 0; i < NPROC_PER_NODE; i++ )); do : > "$LOG_DIR/rank_$i.log"; done
 
 start_ranks() {
-    local i rank log bind share c
+    local i rank log bind share c cpus
     for (( i = 0; i < NPROC_PER_NODE; i++ )); do
         rank=$(( NODE_RANK * NPROC_PER_NODE + i ))
         bind=()
@@ -104,7 +156,8 @@ start_ranks() {
             for (( c = 0; c < PER; c++ )); do share+=("${CPUS[(i * PER + c) % ${#CPUS[@]}]}"); done
             # One compute thread per core of its share, unless the user chose a number: the
             # rank cannot tell that its cores are already its own and would split them again.
-            bind=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$PER}" taskset -c "$(IFS=,; echo "${share[*]}")")
+            printf -v cpus '%s,' "${share[@]}"
+            bind=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-$PER}" taskset -c "${cpus%,}")
         fi
         log="$LOG_DIR/rank_$i.log"
         # setsid: each rank leads its own process group, so stopping it stops its loader workers.
@@ -153,7 +206,8 @@ while true; do
     attempt=$(( attempt + 1 ))
     echo "run_8p: restarting every rank (restart $attempt of MAX_RESTARTS=$MAX_RESTARTS)" >&2
     if [[ $PORT_IS_OURS == 1 ]]; then
-        MASTER_PORT=$("$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())')
+        output_of "$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())'
+        MASTER_PORT=$REPLY
         export MASTER_PORT
     fi
 done

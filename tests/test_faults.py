@@ -1057,6 +1057,93 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
     assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
 
 
+# A rank that says it is up and waits: how run_8p.sh stops its ranks, without a training run.
+_IDLE_RANK = "import os, time\nprint('up', os.environ['LOCAL_RANK'], flush=True)\ntime.sleep(300)\n"
+# PYTHON for run_8p.sh: its free-port lookup gives the port, ends its output and, while the
+# script waits for it to exit, sends SIGINT to the launcher alone (the leader of the process
+# group the test started).
+_SIGINT_DURING_PORT_LOOKUP = """import os, signal, sys, time
+if "find_free_port" in " ".join(sys.argv):
+    from devicekit.environments import find_free_port
+    print(find_free_port(), flush=True)
+    os.close(1)  # the end of the output: the script reads it and waits for the exit
+    time.sleep(0.5)
+    os.kill(os.getpgid(0), signal.SIGINT)
+    time.sleep(0.5)
+    os._exit(0)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+# `setsid` for run_8p.sh: a rank that does not lead a process group yet when SIGINT comes.
+_SIGINT_BEFORE_SETSID = """import os, signal, sys, time
+os.kill(int(os.environ["DEVICEKIT_LAUNCHER_PID"]), signal.SIGINT)
+time.sleep(60)
+os.execv({setsid!r}, [{setsid!r}, *sys.argv[1:]])
+"""
+
+
+def _text_of(path):
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _executable(path, shebang_python, text):
+    path.write_text(f"#!{shebang_python}\n{text}")
+    path.chmod(0o755)
+    return path
+
+
+@time_limit(90)
+@pytest.mark.parametrize(
+    "moment", ["started_with_sigint_ignored", "during_the_port_lookup", "before_setsid"]
+)
+def test_run_8p_stops_on_sigint_at_any_moment(moment, tmp_path):
+    """SIGINT to run_8p.sh stops every rank at once and exits 130 also when the script was
+    started with SIGINT ignored (as `run_8p.sh &` in a job script or a CI step starts it: bash
+    can neither trap nor reset a signal ignored on entry), when it comes while the script
+    waits for its free-port lookup to exit (bash drops a SIGINT that comes while it waits for
+    a command substitution, trap or not), and when it comes before a rank leads its own
+    process group (signalling the group does not reach it). Each fails on the script before
+    these were fixed: the ranks trained on (the first two) or one was left behind."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(_IDLE_RANK)
+    logs = tmp_path / "logs"
+    extra = {"SCRIPT": rank, "NPROC_PER_NODE": NPROC, "LOG_DIR": logs, "PYTHON": PY}
+    argv = ["bash", "launch/run_8p.sh"]
+    if moment == "started_with_sigint_ignored":
+        argv = ["bash", "-c", 'trap "" INT; exec bash launch/run_8p.sh']
+    elif moment == "during_the_port_lookup":
+        extra["PYTHON"] = _executable(tmp_path / "python", PY, _SIGINT_DURING_PORT_LOOKUP)
+    else:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        setsid = shutil.which("setsid")
+        _executable(bin_dir / "setsid", PY, _SIGINT_BEFORE_SETSID.format(setsid=setsid))
+        extra["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    with Tracked(tmp_path) as run:
+        proc = run.start("run", argv, run.env(**extra))
+        if moment == "started_with_sigint_ignored":
+            poll_until(
+                lambda: (
+                    all("up" in _text_of(logs / f"rank_{i}.log") for i in range(NPROC))
+                    or proc.poll() is not None
+                ),
+                START_TIMEOUT_S,
+                "every rank up",
+                lambda: str(run.read("run")),
+            )
+            proc.send_signal(signal.SIGINT)
+        result, _ = run.wait("run", 30)
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    assert result.returncode == 130, result
+    assert result.stderr_lines()[-1] == "run_8p: INT received: stopped every rank", result
+    assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
+    if moment == "during_the_port_lookup":
+        ranks_up = [i for i in range(NPROC) if "up" in _text_of(logs / f"rank_{i}.log")]
+        assert not ranks_up, f"ranks {ranks_up} started after the signal\n{result}"
+
+
 @time_limit(180)
 def test_ranks_die_with_run_8p_even_when_it_is_sigkilled(tmp_path):
     """SIGKILL cannot be trapped, so the script cannot stop its ranks: they go by themselves

@@ -100,6 +100,7 @@ def pytest_runtest_makereport(item, call):
 # a time; every other module runs whole on one worker, so that its module-scoped runs (the
 # launcher matrices, the bad-input pool) are made once.
 SPREAD_MODULES = {"test_docs"}
+NSSWITCH = "/etc/nsswitch.conf"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -113,13 +114,34 @@ def pytest_collection_modifyitems(config, items):
 def _private_network_command():
     """The command that starts a worker in a network namespace of its own, with only a
     loopback: the workers' ranks, stores and default ports (29500) can never meet. None where
-    the machine cannot make one (no `unshare`, `ip`, or the right to use them)."""
+    the machine cannot make one (no `unshare`, `ip`, or the right to use them).
+
+    There host names resolve from /etc/hosts alone (a private nsswitch.conf, bind-mounted in
+    a mount namespace of the worker's own): the name server is out of reach, and asking it
+    failed with EAI_AGAIN, which torch's stores print as a warning the tests do not expect."""
+    import atexit
+    import re
     import shutil
     import subprocess
+    import tempfile
 
-    if not (shutil.which("unshare") and shutil.which("ip")):
+    if not (shutil.which("unshare") and shutil.which("ip") and os.path.isfile(NSSWITCH)):
         return None
-    command = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+    with open(NSSWITCH, encoding="utf-8") as handle:
+        text = re.sub(r"^hosts:.*$", "hosts: files", handle.read(), flags=re.M)
+    handle = tempfile.NamedTemporaryFile("w", prefix="nsswitch.", delete=False)
+    with handle:
+        handle.write(text)
+    atexit.register(os.unlink, handle.name)
+    command = [
+        "unshare",
+        "--net",
+        "--mount",
+        "sh",
+        "-c",
+        f'ip link set lo up && mount --bind "$0" {NSSWITCH} && exec "$@"',
+        handle.name,
+    ]
     try:
         subprocess.run([*command, "true"], check=True, capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):

@@ -1,9 +1,25 @@
 """Every bad input to main.py is one line on stderr naming the problem, exit code 2, no
 traceback, and nothing written; plus devicekit.checkpoint's atomic save and safe load.
 
-The main.py cases run as subprocesses. Each costs about one `import torch`, so the cases
-this session selected are started together on a small thread pool when the first one is
-needed, and each test then checks its own result.
+Most main.py cases are refused before main.py launches any rank (by the parser, the YAML
+config, trainer.options.validate, or devicekit reading the launch settings for the batch
+split): main() never reaches devicekit.launch. Those run in this process
+(tests/support/main_in_process.py): main.main(argv) itself, with the case's environment
+added to os.environ, in the files' folder, stderr captured and the launch replaced by a
+recorder. That is the same check as `python main.py`: the code that refuses and the
+decorator that prints "error: ..." and exits 2 are the same; every Python warning is
+printed on the captured stderr, each case's anew (all categories: no fewer lines than a
+new process would print); and the test asserts the launch was never called, so a case
+the ranks refuse cannot pass for one refused before the launch. (For every in-process
+case, stderr and the exit code were compared with the subprocess's when this split was
+made: byte for byte the same.)
+
+The cases marked `process=True` run as subprocesses, each costing about one `import
+torch`: those refused inside a rank or by the launch (in-process they would reach the
+recorder), those that put a simulated torch_npu on PYTHONPATH before torch is imported,
+and one plain argument error, so that the real interpreter's path (argparse, one line,
+exit 2, no traceback) stays proven end to end. They are started together on a small
+thread pool when the first case is needed, and each test then checks its own result.
 """
 
 import collections
@@ -18,38 +34,18 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import models
 from conftest import ROOT, clean_environ
 from devicekit import checkpoint
 from devicekit.errors import UsageError
+from support.main_in_process import TINY, run_main_until_launch
+from support.trainer_files import make_data_dir, write_checkpoint
 from trainer import state
 
 TIMEOUT_S = 120
 MAIN = os.path.join(ROOT, "main.py")
 FAKE_NPU = os.path.join(ROOT, "tests", "fake_npu")
-# A tiny run: every valid part of a bad command line is cheap.
-TINY = [
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "8",
-    "--epochs",
-    "1",
-    "--steps-per-epoch",
-    "2",
-    "--val-steps",
-    "1",
-    "-j",
-    "0",
-    "-p",
-    "1",
-]
 ENV_LAUNCH = {
     "RANK": "0",
     "WORLD_SIZE": "2",
@@ -70,45 +66,6 @@ class RunsCode:
 
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
-
-
-def write_image(path, colour=(10, 20, 30), size=(40, 36)):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    Image.new("RGB", size, colour).save(path)
-
-
-def make_data_dir(root, train=("a", "b"), val=("a", "b"), per_class=2, empty=()):
-    """root/{train,val}/<class>/*.png; the classes in `empty` get a folder with no image."""
-    for split, classes in (("train", train), ("val", val)):
-        for index, name in enumerate(classes):
-            os.makedirs(os.path.join(root, split, name), exist_ok=True)
-            if (split, name) in empty:
-                continue
-            for n in range(per_class):
-                write_image(os.path.join(root, split, name, f"{n}.png"), (40 * index, 7 * n, 99))
-    return str(root)
-
-
-def write_checkpoint(path, arch="tinynet"):
-    """A real training checkpoint, as main.py writes it after epoch 1."""
-    model = models.create(arch, num_classes=10)
-    optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
-    scheduler = state.make_scheduler(optimizer, 1, 0, "step", 2)
-    state.save(
-        os.path.dirname(path),
-        state.checkpoint_state(
-            state.Position(1, 0, 12.5),
-            arch,
-            model,
-            optimizer,
-            scheduler,
-            torch.amp.GradScaler("cpu", enabled=False),
-        ),
-        True,
-    )
-    os.replace(os.path.join(os.path.dirname(path), state.CHECKPOINT), path)
-    os.unlink(os.path.join(os.path.dirname(path), state.BEST))
-    return path
 
 
 def build_files(d):
@@ -169,8 +126,14 @@ def build_files(d):
 # -- the cases ----------------------------------------------------------------------------
 
 # Each case's needles are the words of its own cause ({d}: the folder of the files above).
+# process=True: the case runs as `python main.py` (see the module's docstring), because
+# main.py refuses it only in the rank or in devicekit.launch, because it needs a process
+# of its own (fake_npu: the simulated torch_npu is found before torch is imported), or
+# (unknown-flag) to keep the real interpreter's path proven end to end.
 Case = collections.namedtuple(
-    "Case", "id argv needles env dummy fake_npu marker", defaults=(None, True, False, None)
+    "Case",
+    "id argv needles env dummy fake_npu marker process",
+    defaults=(None, True, False, None, False),
 )
 MP_2 = ["--multiprocessing-distributed", "--nproc-per-node", "2"]
 
@@ -297,17 +260,32 @@ CASES = [
             "'nnnnnnnnnnnnnnnnnnnn'... is 300 bytes, over the file system's limit of"
         ],
     ),
-    Case("npu-not-installed", ["--device", "npu"], ["--device npu", "torch_npu is not installed"]),
-    Case("cuda-on-cpu-torch", ["--device", "cuda"], ["--device cuda", "no CUDA support"]),
+    # process: the device is resolved in devicekit.launch
+    Case(
+        "npu-not-installed",
+        ["--device", "npu"],
+        ["--device npu", "torch_npu is not installed"],
+        process=True,
+    ),
+    # process: the device is resolved in devicekit.launch
+    Case(
+        "cuda-on-cpu-torch",
+        ["--device", "cuda"],
+        ["--device cuda", "no CUDA support"],
+        process=True,
+    ),
     # Without torch_npu, installing it is the first fix, whatever the device order says
     # (the order itself: fake-npu-visible-unordered).
+    # process: the device is resolved in devicekit.launch
     Case(
         "ascend-visible-unordered",
         ["--device", "npu"],
         ["--device npu: torch_npu is not installed"],
         env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"},
+        process=True,
     ),
     # The simulated torch_npu lets a CPU machine express device-index problems.
+    # process: fake_npu
     Case(
         "fake-npu-visible-unordered",
         ["--device", "npu"],
@@ -317,20 +295,25 @@ CASES = [
         ],
         env={"ASCEND_RT_VISIBLE_DEVICES": "1,0"},
         fake_npu=True,
+        process=True,
     ),
+    # process: fake_npu
     Case(
         "fake-npu-gpu-out-of-range",
         ["--device", "npu", "--gpu", "1"],
         ["--gpu 1 but only 1 npu device(s) are visible", "below 1"],
         env={"FAKE_NPU_COUNT": "1"},
         fake_npu=True,
+        process=True,
     ),
+    # process: fake_npu (and the launcher's variables as a process starts with them)
     Case(
         "fake-npu-local-rank-out-of-range",
         ["--device", "npu"],
         ["LOCAL_RANK=1 but only 1 npu device(s) are visible"],
         env={**ENV_LAUNCH, "RANK": "1", "LOCAL_RANK": "1", "FAKE_NPU_COUNT": "1"},
         fake_npu=True,
+        process=True,
     ),
     Case(
         "data-dir-missing",
@@ -494,6 +477,7 @@ CASES = [
             "intact copy",
         ],
     ),
+    # process: the checkpoint is loaded into the model in the rank, after the launch
     Case(
         "resume-other-arch",
         ["-a", "tinynet_nobn", "--epochs", "2", "--resume", "{d}/good.pth.tar"],
@@ -501,7 +485,9 @@ CASES = [
             "--resume '{d}/good.pth.tar' was written for --arch tinynet, not tinynet_nobn",
             "pass --arch tinynet",
         ],
+        process=True,
     ),
+    # process: the checkpoint's keys are read in the rank, after the launch
     Case(
         "resume-not-a-training-checkpoint",
         ["--resume", "{d}/not_a_checkpoint.pth.tar"],
@@ -509,6 +495,7 @@ CASES = [
             "--resume '{d}/not_a_checkpoint.pth.tar' is not a training checkpoint",
             "epoch, arch, state_dict, optimizer",
         ],
+        process=True,
     ),
     Case(
         "resume-malicious-torch-save",
@@ -529,6 +516,7 @@ CASES = [
         ],
         marker="pickle_marker",
     ),
+    # process: --pretrained is loaded in the rank (build_model), after the launch
     Case(
         "pretrained-malicious",
         ["--pretrained", "{d}/evil_torch.pth.tar"],
@@ -537,7 +525,9 @@ CASES = [
             "weights_only=True",
         ],
         marker="torch_marker",
+        process=True,
     ),
+    # process: --pretrained is loaded in the rank (build_model), after the launch
     Case(
         "pretrained-other-arch",
         ["-a", "tinynet_nobn", "--pretrained", "{d}/good.pth.tar"],
@@ -546,13 +536,15 @@ CASES = [
             "missing (e.g.",
             "check --arch",
         ],
+        process=True,
     ),
     Case(
         "pretrained-without-path",
         ["--pretrained"],
         ["--pretrained needs a PATH", "cannot download weights"],
     ),
-    Case("unknown-flag", ["--bogus"], ["unrecognized arguments: --bogus", "--help"]),
+    # process: the plain argument error kept end to end: argparse in a real `python main.py`
+    Case("unknown-flag", ["--bogus"], ["unrecognized arguments: --bogus", "--help"], process=True),
     # Found by tests/test_fuzz_*.py: each was a traceback or a second line before.
     Case(
         "resume-text-file",
@@ -562,11 +554,14 @@ CASES = [
             "(KeyError: 101)"
         ],
     ),
+    # process: --pretrained is loaded in the rank (build_model), after the launch
     Case(
         "pretrained-text-file",
         ["--pretrained", "{d}/notes.txt"],
         ["--pretrained file '{d}/notes.txt' is truncated or not a PyTorch checkpoint"],
+        process=True,
     ),
+    # process: the checkpoint's epoch is checked in the rank, after the launch
     Case(
         "resume-epoch-not-a-count",
         ["--resume", "{d}/epoch_text.pth.tar"],
@@ -574,6 +569,7 @@ CASES = [
             "--resume '{d}/epoch_text.pth.tar' is not a checkpoint main.py wrote (its epoch is "
             "'1', not a count)"
         ],
+        process=True,
     ),
     Case("momentum-nan", ["--momentum", "nan"], ["--momentum nan must be a finite number"]),
     Case(
@@ -584,12 +580,18 @@ CASES = [
 ]
 BY_ID = {case.id: case for case in CASES}
 assert len(BY_ID) == len(CASES)
+assert all(case.process for case in CASES if case.fake_npu), "fake_npu needs a process"
 
 
-def run_main(argv, env=None, fake_npu=False, cwd=None):
+def main_environ(env=None, fake_npu=False):
+    """The environment of a `python main.py`: clean_environ, `env`, the simulated torch_npu."""
     environ = clean_environ(**(env or {}))
     if fake_npu:
         environ["PYTHONPATH"] = os.pathsep.join([FAKE_NPU, environ["PYTHONPATH"]])
+    return environ
+
+
+def start_main(argv, environ, cwd=None):
     return subprocess.run(
         [sys.executable, MAIN, *argv],
         env=environ,
@@ -600,11 +602,24 @@ def run_main(argv, env=None, fake_npu=False, cwd=None):
     )
 
 
-def run_case(case, d):
-    argv = TINY + ["--output-dir", os.path.join(d, f"out-{case.id}")]  # the case's own wins
+def run_main(argv, env=None, fake_npu=False, cwd=None):
+    return start_main(argv, main_environ(env, fake_npu), cwd)
+
+
+def case_command(case, d):
+    """(argv, env) of a case: the tiny run, its output folder, then the case's own (wins)."""
+    argv = TINY + ["--output-dir", os.path.join(d, f"out-{case.id}")]
     argv += (["--dummy"] if case.dummy else []) + [a.format(d=d) for a in case.argv]
     env = {key: value.format(d=d) for key, value in (case.env or {}).items()}
-    return run_main(argv, env, case.fake_npu, cwd=d)
+    return argv, env
+
+
+def run_case_in_process(case, d):
+    """The case as main.main in this process, in `d` as the subprocess runs in it: its
+    CompletedProcess (stdout not kept) and the launch's call (None: not reached)."""
+    argv, env = case_command(case, d)
+    code, stderr, launch = run_main_until_launch(argv, d, env)
+    return subprocess.CompletedProcess([MAIN, *argv], code, None, stderr), launch
 
 
 @pytest.fixture(scope="module")
@@ -616,16 +631,23 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outcomes(request, files):
-    """{case id: future of its CompletedProcess} for the cases this session runs."""
+    """{case id: future of its CompletedProcess} for the process=True cases this session
+    runs. Their environments are made here, on the test's thread: the in-process cases
+    change os.environ while the pool runs."""
     wanted = [
         item.callspec.params["case_id"]
         for item in request.session.items
         if item.module.__name__ == __name__
         and hasattr(item, "callspec")
         and "case_id" in item.callspec.params
+        and BY_ID[item.callspec.params["case_id"]].process
     ]
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1))
-    futures = {case_id: pool.submit(run_case, BY_ID[case_id], files) for case_id in wanted}
+    futures = {}
+    for case_id in wanted:
+        case = BY_ID[case_id]
+        argv, env = case_command(case, files)
+        futures[case_id] = pool.submit(start_main, argv, main_environ(env, case.fake_npu), files)
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -651,7 +673,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, file
 
         if NpuKind.is_installed():
             pytest.skip("torch_npu is installed here")
-    result = outcomes[case_id].result(timeout=TIMEOUT_S * 2)
+    if case.process:
+        result = outcomes[case_id].result(timeout=TIMEOUT_S * 2)
+    else:
+        result, launch = run_case_in_process(case, files)
+        assert launch is None, (
+            f"case {case_id!r} reached devicekit.launch: main.py does not refuse it before "
+            f"the launch, so in-process it proves nothing; mark it process=True "
+            f"(exit code {result.returncode}, stderr {result.stderr!r})"
+        )
     assert_one_line_error(result, [needle.format(d=files) for needle in case.needles])
     out = os.path.join(files, f"out-{case_id}")
     assert not os.path.exists(out) or not os.listdir(out), os.listdir(out)

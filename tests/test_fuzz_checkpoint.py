@@ -25,7 +25,7 @@ import devicekit
 import models
 from devicekit import checkpoint
 from invariant import assert_usage_line
-from test_bad_input import write_checkpoint
+from support.trainer_files import write_checkpoint
 from trainer import state
 
 ARCH = "tinynet"

@@ -8,21 +8,18 @@ main() runs for real up to the launch, which is replaced by a recorder: the prop
 check what main.py decides before it starts processes.
 """
 
-import contextlib
-import io
 import math
 import os
 import string
-from unittest import mock
 
 import pytest
 import yaml
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-import main as main_module
-from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused, working_directory
-from test_bad_input import TINY as BAD_INPUT_TINY
+from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused
+from support.main_in_process import TINY as TINY_RUN
+from support.main_in_process import run_main_until_launch
 from trainer import options
 
 PARSER = options.build_parser()
@@ -75,20 +72,8 @@ def command_lines(draw):
     return argv
 
 
-# test_bad_input.py's tiny run, on synthetic data.
-TINY = ["--dummy", *BAD_INPUT_TINY]
-
-
-def run_main_until_launch(argv, folder):
-    """main.main(argv) with the launch recorded: (exit code, stderr, launch call or None)."""
-    stderr = io.StringIO()
-    with working_directory(folder), mock.patch.object(main_module.devicekit, "launch") as launch:
-        with contextlib.redirect_stderr(stderr):
-            try:
-                code = main_module.main(argv)
-            except SystemExit as stop:
-                code = stop.code
-    return code, stderr.getvalue(), launch.call_args
+# The tiny run (support.main_in_process, as test_bad_input.py's), on synthetic data.
+TINY = ["--dummy", *TINY_RUN]
 
 
 def flags_in(argv):

@@ -1,0 +1,79 @@
+"""main.py inside the test process, up to the launch: main.main(argv) runs for real (the
+parser, the YAML config, every check made before any rank starts) and devicekit.launch is
+replaced by a recorder. What it prints on stderr and the code it exits with are those
+`python main.py` gives for a command line it refuses before the launch, without the
+`import torch` of a new interpreter."""
+
+import contextlib
+import io
+import os
+import sys
+import warnings
+from unittest import mock
+
+import torch  # before main: importing devicekit first sets TORCH_DEVICE_BACKEND_AUTOLOAD
+
+import main as main_module
+from devicekit import runtime
+from invariant import working_directory
+
+# A tiny run: every valid part of a command line is cheap (add --dummy or a data folder).
+TINY = [
+    "-a",
+    "tinynet",
+    "--num-classes",
+    "10",
+    "--image-size",
+    "32",
+    "-b",
+    "8",
+    "--epochs",
+    "1",
+    "--steps-per-epoch",
+    "2",
+    "--val-steps",
+    "1",
+    "-j",
+    "0",
+    "-p",
+    "1",
+]
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None):
+    """What Python does with a warning when nothing captures it: print it on sys.stderr, the
+    one in effect now (so that a redirected stderr gets it, as a process's stderr would)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run_main_until_launch(argv, folder, env=None):
+    """main.main(argv) in `folder`, with the launch recorded: (exit code, stderr, the launch's
+    call or None when main.py did not reach it).
+
+    As a new process would: `env` is added to os.environ (which is restored afterwards,
+    whatever main.py set) and is what the process "started with" for devicekit; devicekit
+    starts with no kind or context; torch's thread count is put back; and every Python
+    warning is printed on the captured stderr, each call's anew (the "default" action with
+    fresh registries, not pytest's recorder, nor an earlier call's "already shown")."""
+    stderr = io.StringIO()
+    threads = torch.get_num_threads()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(working_directory(folder))
+        stack.enter_context(mock.patch.dict(os.environ, env or {}))
+        started_with = dict(os.environ)
+        stack.enter_context(
+            mock.patch.object(runtime, "_initial_environ", lambda: dict(started_with))
+        )
+        stack.callback(runtime.adopt, None, None)
+        runtime.adopt(None, None)
+        launch = stack.enter_context(mock.patch.object(main_module.devicekit, "launch"))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("default")
+        warnings.showwarning = _print_warning
+        stack.enter_context(contextlib.redirect_stderr(stderr))
+        try:
+            code = main_module.main(argv)
+        except SystemExit as stop:
+            code = stop.code
+    torch.set_num_threads(threads)
+    return code, stderr.getvalue(), launch.call_args

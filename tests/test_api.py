@@ -2,8 +2,8 @@
 
 In-process tests cover what needs no second process (the device functions on a CPU,
 unwrap/no_sync, checkpoints, AMP defaults); the rest start real processes with
-tests/processes.py (own session, output in files, a timeout on every wait): a script's
-own mp.spawn, launch() failing and supervising, threads per rank, a hard-coded
+tests/support/processes.py (own session, output in files, a timeout on every wait): a
+script's own mp.spawn, launch() failing and supervising, threads per rank, a hard-coded
 MASTER_PORT under torchrun, and two processes that claim one rank.
 """
 
@@ -16,12 +16,11 @@ import pytest
 import torch
 
 import devicekit
-from conftest import clean_environ
 from devicekit import runtime
 from devicekit.environments import find_free_port
-from processes import Processes, describe
+from support.launchers import PY, child_env, start
+from support.processes import Processes, describe
 
-PY = sys.executable
 TIMEOUT_S = 120
 
 
@@ -33,15 +32,20 @@ def script(tmp_path, body, name="script.py"):
 
 
 def env(**extra):
-    base = clean_environ(DEVICEKIT_DEVICE="cpu", PYTHONUNBUFFERED=1)
-    base.pop("OMP_NUM_THREADS", None)
-    base.update({name: str(value) for name, value in extra.items()})
-    return base
+    """A child's environment (support.launchers.child_env) without OMP_NUM_THREADS: devicekit
+    chooses the threads per rank."""
+    return child_env(OMP_NUM_THREADS=None, **extra)
 
 
-def run(tmp_path, argv, timeout=TIMEOUT_S, **extra):
+def run(tmp_path, path, *args, launcher="python", nproc=None, timeout=TIMEOUT_S, **extra):
+    """Run script `path` with `args` as `launcher` starts it (support.launchers; python: the
+    script's own launch() decides how many ranks) with the variables `extra`; what the
+    process started left."""
     with Processes(tmp_path / "processes") as procs:
-        return procs.finish_all([procs.start("run", argv, env(**extra))], timeout)[0]
+        started = start(
+            procs, launcher, path, args, nproc, tmp_path, env=env(), name="run", **extra
+        )
+        return procs.finish_all(started, timeout)[0]
 
 
 # -- in one process ---------------------------------------------------------------------------
@@ -85,7 +89,7 @@ def test_a_usage_error_escaping_a_script_is_one_line_and_exit_2(tmp_path):
         print("not reached")
         """,
     )
-    result = run(tmp_path, [PY, path], DEVICEKIT_DEVICE="npu")
+    result = run(tmp_path, path, DEVICEKIT_DEVICE="npu")
     assert result.returncode == 2, describe([result])
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("error: DEVICEKIT_DEVICE=npu: torch_npu is not installed")
@@ -94,7 +98,7 @@ def test_a_usage_error_escaping_a_script_is_one_line_and_exit_2(tmp_path):
 
 def test_other_exceptions_keep_their_traceback(tmp_path):
     path = script(tmp_path, "import devicekit\nraise ValueError('a bug')\n")
-    result = run(tmp_path, [PY, path])
+    result = run(tmp_path, path)
     assert result.returncode == 1 and "Traceback" in result.stderr
     assert "ValueError: a bug" in result.stderr
 
@@ -217,7 +221,8 @@ _OWN_SPAWN = """
 def test_init_distributed_in_a_scripts_own_mp_spawn(tmp_path):
     told = run(
         tmp_path / "told",
-        [PY, script(tmp_path, _OWN_SPAWN), "told"],
+        script(tmp_path, _OWN_SPAWN),
+        "told",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=find_free_port(),
     )
@@ -229,7 +234,8 @@ def test_an_mp_spawn_child_without_its_rank_is_refused_not_run_alone(tmp_path):
     """Two children silently training as two separate runs: refused, naming the fix."""
     result = run(
         tmp_path,
-        [PY, script(tmp_path, _OWN_SPAWN), "untold"],
+        script(tmp_path, _OWN_SPAWN),
+        "untold",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=find_free_port(),
     )
@@ -266,7 +272,7 @@ _LAUNCHED = """
 
 
 def test_launch_spawns_ranks_with_one_thread_share_each(tmp_path):
-    result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "plain"])
+    result = run(tmp_path, script(tmp_path, _LAUNCHED), "plain")
     assert result.returncode == 0, describe([result])
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
     assert sorted(re.findall(r"rank \d/\d threads \d+", result.stdout)) == [
@@ -276,7 +282,7 @@ def test_launch_spawns_ranks_with_one_thread_share_each(tmp_path):
 
 
 def test_launch_raises_and_exits_non_zero_when_a_rank_fails(tmp_path):
-    result = run(tmp_path, [PY, script(tmp_path, _LAUNCHED), "raise"], timeout=60)
+    result = run(tmp_path, script(tmp_path, _LAUNCHED), "raise", timeout=60)
     assert result.returncode == 1, describe([result])
     assert "ValueError: rank 1 fails on purpose" in result.stderr
     assert (
@@ -287,9 +293,7 @@ def test_launch_raises_and_exits_non_zero_when_a_rank_fails(tmp_path):
 
 
 def test_launch_refuses_a_bad_process_count(tmp_path):
-    result = run(
-        tmp_path, [PY, script(tmp_path, _LAUNCHED), "plain"], DEVICEKIT_NPROC_PER_NODE="two"
-    )
+    result = run(tmp_path, script(tmp_path, _LAUNCHED), "plain", DEVICEKIT_NPROC_PER_NODE="two")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == (
         "error: DEVICEKIT_NPROC_PER_NODE='two' must be a whole number of processes, at least 1"
@@ -299,16 +303,10 @@ def test_launch_refuses_a_bad_process_count(tmp_path):
 def test_a_hard_coded_master_port_under_torchrun_is_ignored_once(tmp_path):
     result = run(
         tmp_path,
-        [
-            PY,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            script(tmp_path, _LAUNCHED),
-            "hard-coded-port",
-        ],
+        script(tmp_path, _LAUNCHED),
+        "hard-coded-port",
+        launcher="torchrun",
+        nproc=2,
         timeout=90,
     )
     assert result.returncode == 0, describe([result])

@@ -6,22 +6,21 @@ LOCAL_RANK exported, or with the legacy `--local_rank N` argument) and Ascend's
 RANK_ID/RANK_SIZE idiom. Then the failure paths: a rank that sees a wrong result, a master
 port already taken, a rank that never arrives, and too few ranks.
 
-Each child gets an explicit environment and runs under tests/processes.py: its own session,
-output to files, a timeout on every wait, nothing left running when its test ends.
+Each child gets an explicit environment and runs under tests/support/processes.py: its own
+session, output to files, a timeout on every wait, nothing left running when its test ends.
+tests/support/launchers.py builds every launcher's command line.
 """
 
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import clean_environ
-from devicekit.environments import find_free_port
-from processes import Processes, describe, taken_port
+from support.launchers import DEVICEKIT, child_env, commands, start
+from support.paths import TESTS
+from support.processes import Processes, describe, taken_port
 
-HELPER_DISAGREE = Path(__file__).resolve().parent / "check_rank_disagrees.py"
+HELPER_DISAGREE = TESTS / "check_rank_disagrees.py"
 
 NPROC = 2
 MAX_BYTES = 65536
@@ -43,86 +42,11 @@ EXPECTED_MODE = {
 }
 
 
-def child_env(**extra):
-    """A launcher-free environment: devicekit importable, cpu forced, one OpenMP thread per
-    process (2 ranks share 2 cores), unbuffered output, plus `extra`."""
-    return clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1, **extra)
-
-
-def devicekit_cmd(*args):
-    return [sys.executable, "-m", "devicekit", *args]
-
-
-def start_env_ranks(procs, argv_for_rank, env_for_rank, nprocs=NPROC, name="rank"):
-    """The per-rank shell loop: one process per rank, started by the test."""
-    return [procs.start(f"{name}{i}", argv_for_rank(i), env_for_rank(i)) for i in range(nprocs)]
-
-
-def loop_env(port, i, local_rank=True):
-    extra = dict(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=NPROC, RANK=i, LOCAL_WORLD_SIZE=NPROC
-    )
-    if local_rank:
-        extra["LOCAL_RANK"] = i
-    return child_env(**extra)
-
-
 def run_launcher(name, directory):
     """Start the check the way `name` does; return (results of every process we started,
     rank 0's report parsed from JSON, rank 1's own stdout or None when a launcher merges it)."""
     with Processes(directory) as procs:
-        if name in ("torchrun", "launch", "spawn"):
-            if name == "torchrun":
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "torch.distributed.run",
-                    "--standalone",
-                    "--nproc-per-node",
-                    str(NPROC),
-                    "-m",
-                    "devicekit",
-                    *CHECK_ARGS,
-                ]
-            elif name == "launch":
-                # Its static rendezvous defaults to port 29500: give it a free one.
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "torch.distributed.launch",
-                    "--nproc_per_node",
-                    str(NPROC),
-                    "--master_addr",
-                    "127.0.0.1",
-                    "--master_port",
-                    str(find_free_port()),
-                    "-m",
-                    "devicekit",
-                    *CHECK_ARGS,
-                ]
-            else:
-                argv = devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", str(NPROC))
-            started = [procs.start(name, argv, child_env())]
-        else:
-            port = find_free_port()
-            if name == "env":
-                started = start_env_ranks(
-                    procs, lambda i: devicekit_cmd(*CHECK_ARGS), lambda i: loop_env(port, i)
-                )
-            elif name == "env-legacy-local-rank":
-                started = start_env_ranks(
-                    procs,
-                    lambda i: devicekit_cmd("--local_rank", str(i), *CHECK_ARGS),
-                    lambda i: loop_env(port, i, local_rank=False),
-                )
-            else:  # ascend
-                started = start_env_ranks(
-                    procs,
-                    lambda i: devicekit_cmd(*CHECK_ARGS),
-                    lambda i: child_env(
-                        RANK_ID=i, RANK_SIZE=NPROC, MASTER_ADDR="127.0.0.1", MASTER_PORT=port
-                    ),
-                )
+        started = start(procs, name, DEVICEKIT, CHECK_ARGS, NPROC, directory)
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     for result in results:
         assert result.returncode == 0, describe(results)
@@ -206,11 +130,8 @@ def test_every_launcher_reports_the_same_correctness(launcher_runs):
 
 @pytest.mark.slow
 def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
-    port = find_free_port()
     with Processes(tmp_path) as procs:
-        started = start_env_ranks(
-            procs, lambda i: [sys.executable, str(HELPER_DISAGREE)], lambda i: loop_env(port, i)
-        )
+        started = start(procs, "env", HELPER_DISAGREE, [], NPROC, tmp_path)
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     for result in results:
         assert result.returncode not in (0, None), describe(results)
@@ -227,11 +148,8 @@ def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
 @pytest.mark.slow
 def test_master_port_in_use_is_one_clear_line(tmp_path):
     with taken_port() as port, Processes(tmp_path) as procs:
-        started = start_env_ranks(
-            procs,
-            lambda i: devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "10"),
-            lambda i: loop_env(port, i),
-        )
+        args = [*CHECK_ARGS, "--dist-timeout", "10"]
+        started = start(procs, "env", DEVICEKIT, args, NPROC, tmp_path, port=port)
         # Only rank 0 is judged. Rank 1 connects to the holder, which never answers
         # torch's TCPStore handshake; it can block there regardless of --dist-timeout,
         # so it is killed when this block ends instead of being waited for.
@@ -246,12 +164,11 @@ def test_master_port_in_use_is_one_clear_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_rank_that_never_arrives_times_out(tmp_path):
-    port = find_free_port()
+    # Rank 0 of the shell loop alone.
+    rank0, _ = commands("env", DEVICEKIT, [*CHECK_ARGS, "--dist-timeout", "5"], NPROC, tmp_path)
     with Processes(tmp_path) as procs:
-        rank0 = procs.start(
-            "rank0", devicekit_cmd(*CHECK_ARGS, "--dist-timeout", "5"), loop_env(port, 0)
-        )
-        result = procs.finish(rank0, FAIL_TIMEOUT_S)
+        proc = procs.start(rank0.name, rank0.argv, child_env(**rank0.env))
+        result = procs.finish(proc, FAIL_TIMEOUT_S)
     assert result.returncode == 2, describe([result])
     assert result.seconds < FAIL_TIMEOUT_S
     assert "Traceback" not in result.stderr, describe([result])
@@ -263,9 +180,7 @@ def test_a_rank_that_never_arrives_times_out(tmp_path):
 
 def test_check_refuses_a_single_rank(tmp_path):
     with Processes(tmp_path) as procs:
-        proc = procs.start(
-            "single", devicekit_cmd(*CHECK_ARGS, "--nproc-per-node", "1"), child_env()
-        )
+        [proc] = start(procs, "spawn", DEVICEKIT, CHECK_ARGS, 1, tmp_path, name="single")
         result = procs.finish(proc, FAIL_TIMEOUT_S)
     assert result.returncode == 2, describe([result])
     assert "Traceback" not in result.stderr

@@ -7,24 +7,21 @@ Each runs with 1 and 2 ranks, and each launcher (`python script.py`, torchrun,
 finishes, every rank ends with the same weights,
 and where the math allows (no batch norm, fp32) 2 ranks x B/2 end where 1 rank x B does.
 A rank that raises makes every launcher exit non-zero within seconds, nothing left
-running. Children run under tests/processes.py: own session, output in files, a timeout
-on every wait.
+running. Children run under tests/support/processes.py: own session, output in files, a
+timeout on every wait; tests/support/launchers.py builds every launcher's command line.
 """
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import clean_environ
-from devicekit.environments import find_free_port
-from processes import Processes, describe
+from support.launchers import log_dir, output_text, start
+from support.paths import REPO, TESTS
+from support.processes import Processes, describe
 
-REPO = Path(__file__).resolve().parents[1]
-FAULT_DIR = Path(__file__).resolve().parent / "fault_injection"
-PY = sys.executable
+FAULT_DIR = TESTS / "fault_injection"
 RUN_TIMEOUT_S = 240
 FAIL_BOUND_S = 60  # from start to every launcher's exit when rank 1 raises at its 2nd step
 
@@ -66,82 +63,15 @@ LAUNCHERS = ["python", "torchrun", "launch", "run_8p", "ascend"]
 DONE = re.compile(r"^rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
 
 
-def env(**extra):
-    """A launcher-free environment: cpu forced, one thread per rank (2 cores), plus `extra`."""
-    base = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
-    for name in ("NPROC_PER_NODE", "LOG_DIR", "SCRIPT", "PYTHON", "FAULT_KIND"):
-        base.pop(name, None)
-    base.update({name: str(value) for name, value in extra.items()})
-    return base
-
-
-def start(procs, launcher, script, args, nproc, tmp_path, **extra):
-    """Start `script` with `args` the way `launcher` does with `nproc` ranks; the processes."""
-    script = str(REPO / "examples" / f"{script}.py")
-    if launcher == "python":
-        return [
-            procs.start("run", [PY, script, *args], env(DEVICEKIT_NPROC_PER_NODE=nproc, **extra))
-        ]
-    if launcher == "torchrun":
-        return [
-            procs.start(
-                "run",
-                [
-                    PY,
-                    "-m",
-                    "torch.distributed.run",
-                    "--standalone",
-                    "--nproc-per-node",
-                    str(nproc),
-                    script,
-                    *args,
-                ],
-                env(**extra),
-            )
-        ]
-    if launcher == "launch":  # appends --local-rank=N to each rank's arguments
-        return [
-            procs.start(
-                "run",
-                [
-                    PY,
-                    "-m",
-                    "torch.distributed.launch",
-                    "--nproc_per_node",
-                    str(nproc),
-                    "--master_port",
-                    str(find_free_port()),
-                    script,
-                    *args,
-                ],
-                env(**extra),
-            )
-        ]
-    if launcher == "run_8p":
-        return [
-            procs.start(
-                "run",
-                ["bash", str(REPO / "launch" / "run_8p.sh"), *args],
-                env(SCRIPT=script, NPROC_PER_NODE=nproc, LOG_DIR=tmp_path / "logs", **extra),
-            )
-        ]
-    assert launcher == "ascend", launcher
-    port = find_free_port()
-    return [
-        procs.start(
-            f"rank{i}",
-            [PY, script, *args],
-            env(RANK_ID=i, RANK_SIZE=nproc, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **extra),
-        )
-        for i in range(nproc)
-    ]
+def start_example(procs, launcher, name, args, nproc, tmp_path, **extra):
+    """Start examples/`name`.py with `args` the way `launcher` does with `nproc` ranks."""
+    script = REPO / "examples" / f"{name}.py"
+    return start(procs, launcher, script, args, nproc, tmp_path, **extra)
 
 
 def done_lines(results, tmp_path, launcher):
     """{rank: (world size, weights)} from every rank's last line."""
-    text = "".join(r.stdout + r.stderr for r in results)
-    if launcher == "run_8p":  # ranks other than 0 write only to their log
-        text += "".join(p.read_text() for p in (tmp_path / "logs").glob("rank_*.log"))
+    text = output_text(results, tmp_path, launcher)  # run_8p: ranks but 0 write only their log
     return {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in DONE.finditer(text)}
 
 
@@ -151,7 +81,7 @@ def run_example(name, launcher, nproc, tmp_path, batch=None):
     out = tmp_path / f"{name}.pt"
     args = [a.format(batch=batch, out=out) for a in EXAMPLES[name]]
     with Processes(tmp_path / "processes") as procs:
-        started = start(procs, launcher, name, args, nproc, tmp_path)
+        started = start_example(procs, launcher, name, args, nproc, tmp_path)
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     assert all(r.returncode == 0 for r in results), describe(results)
     ranks = done_lines(results, tmp_path, launcher)
@@ -232,9 +162,11 @@ def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path, planned_runs):
     out.parent.mkdir()
     common = ["--batch-size", "4", "--save-every", "4", "--no-amp", "--out", str(out)]
     with Processes(tmp_path / "resumed" / "processes") as procs:
-        first = start(procs, "python", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path)
+        first = start_example(
+            procs, "python", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path
+        )
         assert procs.finish_all(first, RUN_TIMEOUT_S)[0].returncode == 0
-        second = start(
+        second = start_example(
             procs, "torchrun", "gpt_pretrain", ["--iters", "8", "--resume", *common], 2, tmp_path
         )
         results = procs.finish_all(second, RUN_TIMEOUT_S)
@@ -256,10 +188,10 @@ def test_a_rank_that_raises_stops_every_launcher(launcher, tmp_path):
     }
     args = [a.format(batch=8, out=tmp_path / "x.pt") for a in EXAMPLES["spawn_config"]]
     with Processes(tmp_path / "processes") as procs:
-        started = start(procs, launcher, "spawn_config", args, 2, tmp_path, **fault)
+        started = start_example(procs, launcher, "spawn_config", args, 2, tmp_path, **fault)
         results = procs.finish_all(started, FAIL_BOUND_S)  # and nothing of the run outlives it
     text = "".join(r.stderr for r in results)
     if launcher == "run_8p":
-        text += (tmp_path / "logs" / "rank_1.log").read_text()
+        text += (log_dir(tmp_path) / "rank_1.log").read_text()
     assert any(r.returncode != 0 for r in results), describe(results)
     assert "RuntimeError: injected fault" in text, describe(results)

@@ -5,17 +5,16 @@ first on a GPU machine) and skips, naming what is missing, on a machine without 
 "needs a CUDA GPU: ...", or "needs 2 CUDA GPUs: ..." for the two-rank nccl runs.
 
 In this process: the device functions, fp16 and bf16 autocast with devicekit's GradScaler,
-a checkpoint written on the GPU. In real processes (tests/processes.py: own session, output
-in files, a timeout on every wait): DDP with device_ids over nccl (1 rank, and 2 where two
-GPUs exist), the checkpoint read where no GPU is visible, `devicekit check`, main.py, and a
-CUDA-only script of tests/port_corpus after `devicekit port`.
+a checkpoint written on the GPU. In real processes (tests/support/processes.py: own
+session, output in files, a timeout on every wait): DDP with device_ids over nccl (1 rank,
+and 2 where two GPUs exist), the checkpoint read where no GPU is visible, `devicekit check`,
+main.py, and a CUDA-only script of tests/port_corpus after `devicekit port`.
 """
 
 import json
 import math
 import os
 import re
-import sys
 import textwrap
 
 import pytest
@@ -25,14 +24,12 @@ import torch.nn.functional as F
 import devicekit
 from conftest import clean_environ
 from devicekit import runtime
-from devicekit.environments import find_free_port
-from processes import Processes, describe
-from test_check_multiprocess import devicekit_cmd
-from test_port import CORPUS
-from test_train_runs import CHECKPOINT_KEYS, TINY, main_py, read_metrics
+from support.launchers import DEVICEKIT, PY, devicekit_cmd, start
+from support.paths import CORPUS
+from support.processes import Processes, describe
+from support.runs import CHECKPOINT_KEYS, TINY, main_py, read_metrics
 from trainer import state
 
-PY = sys.executable
 RUN_TIMEOUT_S = 180  # one of these runs takes 5-20 s on a GPU machine (CUDA and NCCL start-up)
 
 # Counted when the module is imported, before conftest's fixtures remove the visible-devices
@@ -84,18 +81,20 @@ def run(tmp_path, name, argv, env, timeout=RUN_TIMEOUT_S):
     return result
 
 
+def launched(tmp_path, launcher, program, args, nproc, env, timeout=RUN_TIMEOUT_S):
+    """Run `program` with `args` started the way `launcher` does with `nproc` ranks
+    (support.launchers) to its end; what each process started left."""
+    with Processes(tmp_path / launcher) as procs:
+        started = start(procs, launcher, program, args, nproc, tmp_path, env=env)
+        return procs.finish_all(started, timeout)
+
+
 def succeeded(*results):
     """`results`, once each exited 0 without a traceback."""
     for result in results:
         assert result.returncode == 0, describe(results)
         assert "Traceback" not in result.stderr, describe(results)
     return results[0] if len(results) == 1 else results
-
-
-def torchrun(nproc, *argv):
-    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] + [
-        str(arg) for arg in argv
-    ]
 
 
 def regression(device, seed=0):
@@ -353,7 +352,7 @@ def ddp_ranks(stdout):
 
 
 def test_ddp_over_nccl_with_one_rank_under_torchrun(tmp_path):
-    result = succeeded(run(tmp_path, "torchrun", torchrun(1, script(tmp_path, _DDP)), gpu_env()))
+    result = succeeded(*launched(tmp_path, "torchrun", script(tmp_path, _DDP), [], 1, gpu_env()))
     ranks = ddp_ranks(result.stdout)
     assert list(ranks) == [0], result.stdout
     world, device, backend, ids, params, first, last, _ = ranks[0]
@@ -365,9 +364,7 @@ def test_ddp_over_nccl_with_one_rank_under_torchrun(tmp_path):
 def test_ddp_over_nccl_with_two_ranks_on_two_gpus(tmp_path):
     """devicekit.launch() starts one rank per GPU; each trains on its own GPU with its own
     batches, and the gradient all-reduce leaves both with the same weights."""
-    result = succeeded(
-        run(tmp_path, "launch", [PY, script(tmp_path, _DDP)], gpu_env(DEVICEKIT_NPROC_PER_NODE=2))
-    )
+    result = succeeded(*launched(tmp_path, "python", script(tmp_path, _DDP), [], 2, gpu_env()))
     ranks = ddp_ranks(result.stdout)
     assert sorted(ranks) == [0, 1], result.stdout
     for rank, (world, device, backend, ids, params, first, last, _) in ranks.items():
@@ -415,25 +412,10 @@ def test_check_on_one_gpu_asks_for_two_ranks(tmp_path):
 def test_check_with_two_ranks_sharing_one_gpu_over_gloo(tmp_path, record_property):
     """NCCL refuses two ranks on one GPU; gloo moves CUDA tensors, so one GPU proves the
     check's CUDA side: two ranks started as two one-GPU nodes of a shell loop."""
-    port = find_free_port()
+    args = ["check", "--device", "cuda", "--dist-backend", "gloo"]
+    env = gpu_env(CUDA_VISIBLE_DEVICES=one_gpu())
     with Processes(tmp_path / "ranks") as procs:
-        started = [
-            procs.start(
-                f"rank{rank}",
-                devicekit_cmd("check", "--device", "cuda", "--dist-backend", "gloo"),
-                gpu_env(
-                    CUDA_VISIBLE_DEVICES=one_gpu(),
-                    RANK=rank,
-                    WORLD_SIZE=2,
-                    LOCAL_RANK=0,
-                    LOCAL_WORLD_SIZE=1,
-                    GROUP_RANK=rank,
-                    MASTER_ADDR="127.0.0.1",
-                    MASTER_PORT=port,
-                ),
-            )
-            for rank in (0, 1)
-        ]
+        started = start(procs, "nodes", DEVICEKIT, args, 2, tmp_path, env=env, name="rank")
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     rank0, rank1 = succeeded(*results)
     lines = rank0.stdout.splitlines()
@@ -448,14 +430,9 @@ def test_check_with_two_ranks_sharing_one_gpu_over_gloo(tmp_path, record_propert
 
 @needs_gpus(2)
 def test_check_over_nccl_on_two_gpus(tmp_path, record_property):
-    result = succeeded(
-        run(
-            tmp_path,
-            "check",
-            devicekit_cmd("check", "--device", "cuda", "--nproc-per-node", "2"),
-            gpu_env(),
-        )
-    )
+    # python -m devicekit check --device cuda --nproc-per-node 2
+    args = ["check", "--device", "cuda"]
+    result = succeeded(*launched(tmp_path, "spawn", DEVICEKIT, args, 2, gpu_env()))
     assert result.stdout.splitlines()[0] == (
         "devicekit check: OK: 2 ranks on 1 node(s), launcher spawn, device cuda, backend nccl"
     ), result.stdout
@@ -511,8 +488,8 @@ def ported_gpt(tmp_path_factory):
 
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
 def test_a_ported_cuda_only_script_trains_on_the_gpu(ported_gpt, tmp_path, launcher):
-    argv = [PY, str(ported_gpt)] if launcher == "python" else torchrun(1, ported_gpt)
-    result = succeeded(run(tmp_path, launcher, argv, gpu_env()))
+    nproc = 1 if launcher == "torchrun" else None  # python: the script's own launch decides
+    result = succeeded(*launched(tmp_path, launcher, ported_gpt, [], nproc, gpu_env()))
     [(iterations, processes, peak)] = re.findall(
         r"(\d+) iterations in [\d.]+s on (\d+) process\(es\); peak memory ([\d.]+) MiB",
         result.stdout,

@@ -15,7 +15,8 @@ from devicekit.detect import resolve_kind
 from devicekit.distributed import resolve_backend
 from devicekit.errors import UsageError
 from devicekit.kinds.visible import parse_ascend, parse_cuda
-from processes import Processes
+from support.launchers import child_env, start
+from support.processes import Processes
 
 
 @pytest.fixture
@@ -453,12 +454,10 @@ if __name__ == "__main__":
 def test_a_kind_registered_at_import_time_reaches_spawned_ranks(tmp_path):
     script = tmp_path / "own_kind.py"
     script.write_text(_SCRIPT)
+    env = child_env(DEVICEKIT_DEVICE=None)  # the script names its kind itself
     with Processes(tmp_path / "procs") as procs:
-        proc = procs.start(
-            "run",
-            [sys.executable, str(script)],
-            clean_environ(OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1),
-        )
+        # python own_kind.py: its launch(nprocs=2) starts the ranks
+        [proc] = start(procs, "python", script, [], None, tmp_path, env=env, name="run")
         result = procs.finish(proc, 180)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == [

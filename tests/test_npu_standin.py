@@ -10,18 +10,18 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import clean_environ
-from processes import Processes, describe
-from test_train_runs import LAUNCHERS, TINY, assert_bitwise_equal, load_checkpoint, run_training
+from support.launchers import start
+from support.paths import REPO, TESTS
+from support.processes import Processes, describe
+from support.runs import LAUNCHERS, TINY, assert_bitwise_equal, load_checkpoint, run_training
 
-REPO = Path(__file__).resolve().parents[1]
-FAKE_NPU = REPO / "tests" / "fake_npu"
-USER_SCRIPT = REPO / "tests" / "npu_standin" / "user_script.py"
+FAKE_NPU = TESTS / "fake_npu"
+USER_SCRIPT = TESTS / "npu_standin" / "user_script.py"
 TIMEOUT_S = 300  # includes the first build of the extension
 SIMULATE = {"DEVICEKIT_SIMULATE": "npu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -428,22 +428,10 @@ def test_main_trains_on_npu_and_matches_the_cpu_bit_for_bit(launcher, cpu_refere
 
 @pytest.mark.slow
 def test_a_users_flat_api_script_keeps_every_tensor_on_npu_under_torchrun(tmp_path):
+    args, env = [tmp_path / "ckpt.pt"], clean_environ(**SIMULATE)
     with Processes(tmp_path / "processes") as procs:
-        run = procs.start(
-            "torchrun",
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node",
-                "2",
-                str(USER_SCRIPT),
-                str(tmp_path / "ckpt.pt"),
-            ],
-            clean_environ(**SIMULATE),
-        )
-        (result,) = procs.finish_all([run], TIMEOUT_S)
+        run = start(procs, "torchrun", USER_SCRIPT, args, 2, tmp_path, env=env)
+        (result,) = procs.finish_all(run, TIMEOUT_S)
     assert result.returncode == 0, describe([result])
     reports = sorted(
         (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),

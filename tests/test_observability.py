@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT, clean_environ
-from test_train_runs import TINY, read_metrics, run_training
+from support.runs import TINY, read_metrics, run_training
 from trainer import state
 
 TIMEOUT_S = 120

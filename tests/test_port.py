@@ -13,7 +13,6 @@ import json
 import os
 import pkgutil
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,13 +22,16 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, clean_environ
+from devicekit.environments import find_free_port
 from devicekit.port import ParseFailure, _plugins, engine, port_source
 from devicekit.port.cli import main
 from devicekit.port.transformer import PortTransformer
 from invariant import assert_usage_line
-from processes import Processes, describe
+from support import launchers
+from support.launchers import child_env, start
+from support.paths import CORPUS, TESTS
+from support.processes import Processes, describe
 
-CORPUS = Path(__file__).resolve().parent / "port_corpus"
 HEADER = "import torch\n"
 PORTED_HEADER = "import torch\nimport devicekit\n"
 
@@ -1237,12 +1239,6 @@ def test_corpus_reports(tmp_path, capsys):
 RUN_TIMEOUT_S = 240
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ported_corpus(tmp_path_factory):
     """The corpus ported by the command into a fresh folder (no hand edits)."""
@@ -1251,35 +1247,25 @@ def ported_corpus(tmp_path_factory):
     return out
 
 
-def cpu_env():
-    return clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
-
-
-def torchrun(script, *args):
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(script),
-        *map(str, args),
-    ]
-
-
-def python(script, *args):
-    return [sys.executable, str(script), *map(str, args)]
-
-
-def run(tmp_path, name, argv, environ=None):
-    """Run `argv` to the end (timeout, nothing left running) in `environ` (default: the
-    CPU); its output. A failure or a traceback fails the test."""
+def run(tmp_path, name, launcher, program, *args, environ=None):
+    """Run `program` (a script, or support.launchers.script(wrapper, script)) with `args` as
+    `launcher` starts it (support.launchers): torchrun and launch with 2 ranks, python alone
+    (the script's own launch or spawn, if any, decides). To the end (timeout, nothing left
+    running) in `environ` (default: child_env(), the CPU); its output. A failure or a
+    traceback fails the test."""
+    nproc = None if launcher == "python" else 2
+    env = child_env() if environ is None else environ
     with Processes(tmp_path / name) as procs:
-        [result] = procs.finish_all([procs.start(name, argv, environ or cpu_env())], RUN_TIMEOUT_S)
+        started = start(procs, launcher, program, args, nproc, tmp_path, env=env, name=name)
+        [result] = procs.finish_all(started, RUN_TIMEOUT_S)
     assert result.returncode == 0, describe([result])
     assert "Traceback" not in result.stderr, describe([result])
     return result
+
+
+def own(launcher):
+    """The launcher of a parametrization: "own" (or "alone") is the script started plainly."""
+    return "python" if launcher in ("own", "alone") else launcher
 
 
 def losses(pattern, text):
@@ -1301,18 +1287,15 @@ def test_check_is_clean_on_the_ported_corpus(ported_corpus, tmp_path, capsys):
 @pytest.mark.slow
 def test_ddp_trainer_runs_under_torchrun_and_resumes(ported_corpus, tmp_path):
     script, snapshot = ported_corpus / "ddp_trainer.py", tmp_path / "snapshot.pt"
-    first = run(
-        tmp_path,
-        "first",
-        torchrun(script, "--epochs", 3, "--save-every", 3, "--snapshot", snapshot),
-    )
+    args = ["--epochs", 3, "--save-every", 3, "--snapshot", snapshot]
+    first = run(tmp_path, "first", "torchrun", script, *args)
     for rank in (0, 1):
         values = losses(
             rf"\[rank {rank}\] epoch \d \| steps 8 \| loss (\d+\.\d{{5}})", first.stdout
         )
         assert len(values) == 3 and values[-1] < values[0] / 5, first.stdout
     assert snapshot.exists()
-    second = run(tmp_path, "second", torchrun(script, "--epochs", 5, "--snapshot", snapshot))
+    second = run(tmp_path, "second", "torchrun", script, "--epochs", 5, "--snapshot", snapshot)
     assert second.stdout.count("resumed from the snapshot at epoch 3") == 2, second.stdout
     assert re.findall(r"\[rank \d\] epoch (\d)", second.stdout).count("4") == 2
 
@@ -1323,20 +1306,19 @@ def test_imagenet_style_runs(ported_corpus, tmp_path, launcher):
     script, checkpoint = ported_corpus / "imagenet_style.py", tmp_path / "checkpoint.pth.tar"
     common = ["--epochs", 2, "-b", 32, "--checkpoint", checkpoint, "--seed", 0]
     if launcher == "torchrun":
-        argv = torchrun(script, "--dist-url", "env://", *common)
+        args = ["--dist-url", "env://", *common]
     else:
-        argv = python(
-            script,
+        args = [
             "--multiprocessing-distributed",
             "--world-size",
             1,
             "--rank",
             0,
             "--dist-url",
-            f"tcp://127.0.0.1:{free_port()}",
+            f"tcp://127.0.0.1:{find_free_port()}",
             *common,
-        )
-    result = run(tmp_path, "train", argv)
+        ]
+    result = run(tmp_path, "train", own(launcher), script, *args)
     accuracies = re.findall(r"validation top-1 (\d+\.\d+) % of 128 images", result.stdout)
     assert len(accuracies) == 4 and len(set(accuracies[-2:])) == 1, result.stdout
     assert checkpoint.exists() and (tmp_path / "model_best.pth.tar").exists()
@@ -1344,22 +1326,21 @@ def test_imagenet_style_runs(ported_corpus, tmp_path, launcher):
         resumed = run(
             tmp_path,
             "resume",
-            python(
-                script,
-                "--multiprocessing-distributed",
-                "--world-size",
-                1,
-                "--rank",
-                0,
-                "--dist-url",
-                f"tcp://127.0.0.1:{free_port()}",
-                "--resume",
-                checkpoint,
-                "--epochs",
-                3,
-                "--checkpoint",
-                tmp_path / "again.pth.tar",
-            ),
+            "python",
+            script,
+            "--multiprocessing-distributed",
+            "--world-size",
+            1,
+            "--rank",
+            0,
+            "--dist-url",
+            f"tcp://127.0.0.1:{find_free_port()}",
+            "--resume",
+            checkpoint,
+            "--epochs",
+            3,
+            "--checkpoint",
+            tmp_path / "again.pth.tar",
         )
         assert resumed.stdout.count(f"resumed {checkpoint} at epoch 2") == 2
 
@@ -1368,8 +1349,7 @@ def test_imagenet_style_runs(ported_corpus, tmp_path, launcher):
 @pytest.mark.parametrize("launcher", ["torchrun", "own"])
 def test_gpt_amp_runs(ported_corpus, tmp_path, launcher):
     script = ported_corpus / "gpt_amp.py"
-    argv = torchrun(script) if launcher == "torchrun" else python(script)
-    result = run(tmp_path, "gpt", argv)
+    result = run(tmp_path, "gpt", own(launcher), script)
     processes = 2 if launcher == "torchrun" else 1
     assert "60 iterations in " in result.stdout and f"on {processes} process(es)" in result.stdout
     [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
@@ -1380,8 +1360,7 @@ def test_gpt_amp_runs(ported_corpus, tmp_path, launcher):
 @pytest.mark.parametrize("launcher", ["torchrun", "own"])
 def test_spawn_checkpoint_runs(ported_corpus, tmp_path, launcher):
     script, path = ported_corpus / "spawn_checkpoint.py", tmp_path / "ckpt.pt"
-    argv = torchrun(script, path) if launcher == "torchrun" else python(script, path)
-    result = run(tmp_path, "spawn", argv)
+    result = run(tmp_path, "spawn", own(launcher), script, path)
     for rank in (0, 1):
         [(first, last)] = re.findall(
             rf"rank {rank}: loss (\d+\.\d{{4}}) -> (\d+\.\d{{4}})", result.stdout
@@ -1405,16 +1384,12 @@ def assert_same_weights(result):
 def test_spawn_config_runs(ported_corpus, tmp_path, launcher):
     script, out = ported_corpus / "spawn_config.py", tmp_path / "model.pt"
     if launcher == "torchrun":
-        result = run(tmp_path, "spawn_config", torchrun(script, "--out", out))
+        result = run(tmp_path, "spawn_config", "torchrun", script, "--out", out)
     else:
         # its own mp.spawn, now devicekit.launch; the hard-coded MASTER_PORT 8888 yields to
         # one given in the environment (a free one, so that runs never collide)
-        with Processes(tmp_path / "own") as procs:
-            env = dict(cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-            [result] = procs.finish_all(
-                [procs.start("own", python(script, "--out", out), env)], RUN_TIMEOUT_S
-            )
-        assert result.returncode == 0 and "Traceback" not in result.stderr, describe([result])
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
+        result = run(tmp_path, "own", "python", script, "--out", out, environ=env)
     assert_same_weights(result)
     assert out.exists()
 
@@ -1423,24 +1398,8 @@ def test_spawn_config_runs(ported_corpus, tmp_path, launcher):
 @pytest.mark.parametrize("launcher", ["torchrun", "launch"])
 def test_launch_local_rank_runs(ported_corpus, tmp_path, launcher):
     script, out = ported_corpus / "launch_local_rank.py", tmp_path / "model.pt"
-    if launcher == "torchrun":
-        argv = torchrun(script, "--out", out)
-    else:  # its own launcher appends --local-rank=N (the script parsed only --local_rank)
-        argv = [
-            sys.executable,
-            "-m",
-            "torch.distributed.launch",
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(free_port()),
-            str(script),
-            "--out",
-            str(out),
-        ]
-    result = run(tmp_path, launcher, argv)
+    # torch.distributed.launch appends --local-rank=N (the script parsed only --local_rank)
+    result = run(tmp_path, launcher, launcher, script, "--out", out)
     assert_same_weights(result)
     [first, last] = losses(r"step (?:0|20) loss (\d+\.\d+)", result.stdout)
     assert last < first, result.stdout
@@ -1449,17 +1408,13 @@ def test_launch_local_rank_runs(ported_corpus, tmp_path, launcher):
 @pytest.mark.slow
 def test_gpt_pretrain_runs_and_resumes(ported_corpus, tmp_path):
     script, out = ported_corpus / "gpt_pretrain.py", tmp_path / "gpt.pt"
-    first = run(
-        tmp_path, "first", torchrun(script, "--iters", 20, "--save-every", 10, "--out", out)
-    )
+    args = ["--iters", 20, "--save-every", 10, "--out", out]
+    first = run(tmp_path, "first", "torchrun", script, *args)
     assert_same_weights(first)
     values = losses(r"iter (?:0|10) loss (\d+\.\d+)", first.stdout)
     assert len(values) == 2 and values[1] < values[0], first.stdout
-    resumed = run(
-        tmp_path,
-        "resumed",
-        torchrun(script, "--iters", 30, "--save-every", 10, "--out", out, "--resume"),
-    )
+    args = ["--iters", 30, "--save-every", 10, "--out", out, "--resume"]
+    resumed = run(tmp_path, "resumed", "torchrun", script, *args)
     assert "iter 20 loss" in resumed.stdout and "iter 0 loss" not in resumed.stdout
     assert_same_weights(resumed)
 
@@ -1477,11 +1432,8 @@ def test_finetune_sampler_runs(ported_corpus, tmp_path):
     pretrained = tmp_path / "backbone.pt"
     torch.save(backbone().state_dict(), pretrained)
     script = ported_corpus / "finetune_sampler.py"
-    result = run(
-        tmp_path,
-        "finetune",
-        torchrun(script, "--pretrained", pretrained, "--out", tmp_path / "finetuned.pt"),
-    )
+    args = ["--pretrained", pretrained, "--out", tmp_path / "finetuned.pt"]
+    result = run(tmp_path, "finetune", "torchrun", script, *args)
     assert_same_weights(result)
     accuracies = losses(r"val acc (\d+\.\d)%", result.stdout)
     assert len(accuracies) == 3 and accuracies[-1] > 50, result.stdout
@@ -1503,8 +1455,7 @@ def test_the_projects_own_application_code_has_nothing_cuda_only(capsys):
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
 def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
     script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
-    argv = (torchrun if launcher == "torchrun" else python)(script, f"--out_dir={out}")
-    result = run(tmp_path, "nanogpt", argv)
+    result = run(tmp_path, "nanogpt", launcher, script, f"--out_dir={out}")
     processes = 2 if launcher == "torchrun" else 1
     [(final, first)] = re.findall(
         rf"trained on cpu in float16 on {processes} process\(es\): val loss (\d+\.\d+) "
@@ -1520,14 +1471,10 @@ def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
 def test_rank_as_device_runs(ported_corpus, tmp_path, launcher):
     script = ported_corpus / "rank_as_device.py"
     if launcher == "torchrun":
-        result = run(tmp_path, "ddp", torchrun(script))
+        result = run(tmp_path, "ddp", "torchrun", script)
     else:  # its MASTER_PORT 12345 yields to a free one given in the environment
-        result = run(
-            tmp_path,
-            "ddp",
-            python(script),
-            dict(cpu_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())),
-        )
+        env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
+        result = run(tmp_path, "ddp", "python", script, environ=env)
     accuracies = re.findall(r"\[GPU(\d)\] Training accuracy (\d\.\d+)", result.stdout)
     assert sorted(rank for rank, _ in accuracies) == ["0", "1"], result.stdout
     assert all(float(value) > 0.9 for _, value in accuracies), result.stdout
@@ -1540,22 +1487,21 @@ def test_ascend_ddp_runs_without_torch_npu(ported_corpus, tmp_path, launcher):
     assert "torch_npu" not in (ported_corpus / "ascend_ddp.py").read_text().split('"""')[2]
     common = ["--epochs", 2, "--amp", "--save", saved]
     if launcher == "torchrun":
-        argv = torchrun(script, "--dist-url", "env://", *common)
+        args = ["--dist-url", "env://", *common]
     elif launcher == "own":  # its mp.spawn, now devicekit.launch: one rank per device
-        argv = python(
-            script,
+        args = [
             "--multiprocessing-distributed",
             "--world-size",
             1,
             "--rank",
             0,
             "--dist-url",
-            f"tcp://127.0.0.1:{free_port()}",
+            f"tcp://127.0.0.1:{find_free_port()}",
             *common,
-        )
+        ]
     else:
-        argv = python(script, *common)
-    result = run(tmp_path, launcher, argv)
+        args = common
+    result = run(tmp_path, launcher, own(launcher), script, *args)
     ranks = 1 if launcher == "alone" else 2
     finals = re.findall(
         r"\[rank (\d)\] epoch 1 loss \d\.\d+ accuracy (\d+\.\d) % in [\d.]+ s "
@@ -1567,12 +1513,10 @@ def test_ascend_ddp_runs_without_torch_npu(ported_corpus, tmp_path, launcher):
 
 
 def standin_env():
-    environ = clean_environ(DEVICEKIT_SIMULATE="npu", OMP_NUM_THREADS=1, PYTHONUNBUFFERED=1)
-    environ.pop("DEVICEKIT_DEVICE", None)
-    return environ
+    return child_env(DEVICEKIT_SIMULATE="npu", DEVICEKIT_DEVICE=None)
 
 
-PROBE = Path(__file__).resolve().parent / "npu_standin" / "branch_probe.py"
+PROBE = TESTS / "npu_standin" / "branch_probe.py"
 
 
 @pytest.mark.slow
@@ -1580,58 +1524,31 @@ def test_nanogpt_style_takes_the_accelerators_branch_on_the_npu_stand_in(ported_
     """On an NPU the ported trainer autocasts on npu (in bfloat16: the NPU has it) and
     synchronizes before each timing; the original, on the same machine, cannot run."""
     script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(PROBE),
-        str(script),
-        "--max_iters=10",
-        f"--out_dir={out}",
-    ]
-    result = run(tmp_path, "npu", argv, standin_env())
+    probed, args = launchers.script(PROBE, script), ["--max_iters=10", f"--out_dir={out}"]
+    result = run(tmp_path, "npu", "torchrun", probed, *args, environ=standin_env())
     assert "trained on npu in bfloat16 on 2 process(es)" in result.stdout, result.stdout
     assert "using fused AdamW: True" in result.stdout
     for rank in (0, 1):
         assert (
             f"PROBE rank={rank} autocast=['npu:torch.bfloat16'] synchronize=10" in result.stdout
         ), result.stdout
+    args = ["--max_iters=2", f"--out_dir={out}"]
     with Processes(tmp_path / "original") as procs:
-        [original] = procs.finish_all(
-            [
-                procs.start(
-                    "original",
-                    python(CORPUS / "nanogpt_style.py", "--max_iters=2", f"--out_dir={out}"),
-                    standin_env(),
-                )
-            ],
-            RUN_TIMEOUT_S,
+        unported = CORPUS / "nanogpt_style.py"
+        started = start(
+            procs, "python", unported, args, None, tmp_path, env=standin_env(), name="original"
         )
+        [original] = procs.finish_all(started, RUN_TIMEOUT_S)
     assert original.returncode != 0 and "Torch not compiled with CUDA enabled" in original.stderr
 
 
 @pytest.mark.slow
 def test_ascend_ddp_runs_on_the_npu_stand_in_under_torchrun(ported_corpus, tmp_path):
     script = ported_corpus / "ascend_ddp.py"
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(PROBE),
-        str(script),
-        "--dist-url",
-        "env://",
-        "--epochs",
-        2,
-        "--amp",
-    ]
-    result = run(tmp_path, "npu", [str(a) for a in argv], standin_env())
+    args = ["--dist-url", "env://", "--epochs", 2, "--amp"]
+    result = run(
+        tmp_path, "npu", "torchrun", launchers.script(PROBE, script), *args, environ=standin_env()
+    )
     for rank in (0, 1):
         assert re.search(rf"\[rank {rank}\] epoch 1 .* on npu:{rank}", result.stdout)
         assert f"PROBE rank={rank} autocast=['npu:torch.float16'] synchronize=2" in result.stdout, (

@@ -58,7 +58,7 @@ from sybil.parsers.markdown.lexers import FencedCodeBlockLexer, RawFencedCodeBlo
 from sybil.typing import Evaluator
 
 from conftest import ROOT, clean_environ
-from processes import Finished, Processes
+from support.processes import Finished, Processes
 
 REPO = Path(ROOT)
 RUN_TIMEOUT_S = 600  # the demo block: 3 min 40 s on a 2-core Cascade Lake Xeon (fp32)

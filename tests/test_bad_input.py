@@ -39,7 +39,7 @@ import models
 from conftest import ROOT, clean_environ
 from devicekit import checkpoint
 from devicekit.errors import UsageError
-from support.main_in_process import TINY, run_main_until_launch
+from support.main_in_process import REFUSAL_RUN, run_main_until_launch
 from support.trainer_files import make_data_dir, write_checkpoint
 from trainer import state
 
@@ -607,8 +607,8 @@ def run_main(argv, env=None, fake_npu=False, cwd=None):
 
 
 def case_command(case, d):
-    """(argv, env) of a case: the tiny run, its output folder, then the case's own (wins)."""
-    argv = TINY + ["--output-dir", os.path.join(d, f"out-{case.id}")]
+    """(argv, env) of a case: REFUSAL_RUN, its output folder, then the case's own (wins)."""
+    argv = REFUSAL_RUN + ["--output-dir", os.path.join(d, f"out-{case.id}")]
     argv += (["--dummy"] if case.dummy else []) + [a.format(d=d) for a in case.argv]
     env = {key: value.format(d=d) for key, value in (case.env or {}).items()}
     return argv, env

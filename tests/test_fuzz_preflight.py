@@ -30,7 +30,7 @@ from devicekit.preflight.checks import Context, cuda_only
 from devicekit.preflight.cli import read_arguments
 from devicekit.preflight.recording import Recording
 from invariant import assert_command_refused, assert_usage_line, no_files_left
-from test_fuzz_port import ANY_BYTES, GENERATED, folder_of, lines_of, parses, scripts
+from support.python_inputs import ANY_BYTES, GENERATED, folder_of, lines_of, parses, scripts
 
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")
 

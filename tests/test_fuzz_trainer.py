@@ -18,8 +18,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused
-from support.main_in_process import TINY as TINY_RUN
-from support.main_in_process import run_main_until_launch
+from support.main_in_process import REFUSAL_RUN, run_main_until_launch
 from trainer import options
 
 PARSER = options.build_parser()
@@ -72,8 +71,9 @@ def command_lines(draw):
     return argv
 
 
-# The tiny run (support.main_in_process, as test_bad_input.py's), on synthetic data.
-TINY = ["--dummy", *TINY_RUN]
+# The cheap run of the refusal tests (support.main_in_process, as test_bad_input.py's), on
+# synthetic data.
+DUMMY_RUN = ["--dummy", *REFUSAL_RUN]
 
 
 def flags_in(argv):
@@ -120,7 +120,7 @@ def folder(tmp_path_factory):
 @example(argv=["--wd", "inf"])
 @example(argv=["--crop-scale", "nan", "1"])
 def test_any_command_line_starts_or_is_refused_in_one_line(folder, argv):
-    assert_starts_or_is_refused(TINY + ["--output-dir", "out"] + argv, folder)
+    assert_starts_or_is_refused(DUMMY_RUN + ["--output-dir", "out"] + argv, folder)
 
 
 PATH_FLAGS = ["--output-dir", "--tensorboard", "--config", "--data", "--resume", "--pretrained"]
@@ -147,7 +147,7 @@ PATHS = st.one_of(
 def test_a_path_flag_starts_or_is_refused_in_one_line(folder, flag, path, data_dir):
     with open(os.path.join(folder, "a_file"), "w", encoding="utf-8"):
         pass
-    argv = TINY + ["--output-dir", "out", f"{flag}={path}"]
+    argv = DUMMY_RUN + ["--output-dir", "out", f"{flag}={path}"]
     if data_dir:
         argv.remove("--dummy")
     args = assert_starts_or_is_refused(argv, folder)
@@ -218,6 +218,6 @@ def test_any_config_file_starts_or_is_refused_in_one_line(folder, config, encodi
         handle.write(data)
     # A value that passes its flag's type is then checked as the flag: the flag is named.
     assert_starts_or_is_refused(
-        TINY + ["--output-dir", "out", "--config", path], folder, ALL_FLAGS | {"--config"}
+        DUMMY_RUN + ["--output-dir", "out", "--config", path], folder, ALL_FLAGS | {"--config"}
     )
     assert not os.path.exists(os.path.join(folder, "ran")), "the config's code ran"

@@ -2,10 +2,10 @@
 
 The wheel is downloaded (never imported, never installed into this environment: with
 torch_npu in site-packages and no CANN, torch's backend autoload makes `import torch`
-itself fail) and checked against the sha256 pinned below. Its sources show whether every
-`torch.npu.*` devicekit calls exists and whether it registers what devicekit relies on.
-Installed with `pip --target` into a cache folder, it is then put on PYTHONPATH of
-subprocesses to observe the real failure modes of a machine without CANN.
+itself fail) and checked against its sha256, pinned in tests/support/npu_wheel.py. Its
+sources show whether every `torch.npu.*` devicekit calls exists and whether it registers
+what devicekit relies on. Installed with `pip --target` into a cache folder, it is then put
+on PYTHONPATH of subprocesses to observe the real failure modes of a machine without CANN.
 
 Where a test cannot run (no download, no wheel for this Python, CANN present) it skips with
 the reason, except in CI (CI=true or CI=1), where the same condition fails the test: these
@@ -30,51 +30,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from packaging.tags import Tag, sys_tags
+from packaging.tags import sys_tags
 
 from devicekit.environments import ALL_VARIABLES
+from support.npu_wheel import (
+    FALLBACK_TAG,
+    NPU_VERSION,
+    WHEEL_SHA256,
+    fetch_wheel,
+    native_tag,
+    skip_or_fail,
+    verify_sha256,
+    wheel_name,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICEKIT = REPO / "devicekit"
 FAKE_NPU = REPO / "tests" / "fake_npu"
-NPU_VERSION = "2.13.0"
 TIMEOUT_S = 120
-
-# sha256 of every torch-npu 2.13.0 wheel, as PyPI's simple index lists them (uploaded
-# 2026-10-15); cp311 x86_64, cp311 aarch64 and cp312 x86_64 also checked with sha256sum on
-# downloaded copies.
-# The key is the wheel's tag: torch_npu-2.13.0-<key>.whl. There is no sdist and no cp39 wheel.
-WHEEL_SHA256 = {
-    "cp310-cp310-manylinux_2_28_aarch64": "da6b7785ce005a5459308ad7c88104a5739865d6f23d453dd53ff967c7e17200",
-    "cp310-cp310-manylinux_2_28_x86_64": "3084a5ebdab53d45acbbf3154f7cb45d1e00c463b76f0b9b2149b96c1f12ba67",
-    "cp311-cp311-manylinux_2_28_aarch64": "d0e64a90b3e640b0274511e47c65284d3a7dedae5f6ad2b95d91de12ff9a29ff",
-    "cp311-cp311-manylinux_2_28_x86_64": "0deb809cf447d3fce636ccfdc9c9f874950f1fe76f18f4aaab31e2d345f7dac0",
-    "cp312-cp312-manylinux_2_28_aarch64": "ebb895735bf3c347e8c971c3f9083bb5ec032a1b139876ce019f03ee408d81fa",
-    "cp312-cp312-manylinux_2_28_x86_64": "f27cf44167b6e0a4b8cf82097c688d2bf532edf503d3e5d6a7ced80a7e759ea6",
-    "cp313-cp313-manylinux_2_28_aarch64": "359a055deaf9b94de35ffadff2e68e9fb4a3b3576796ed3617e85d16a42df259",
-    "cp313-cp313-manylinux_2_28_x86_64": "20441bfb56c4054a427560ff413fa033db921b993e06c3d67d0f7edc23d40513",
-    "cp314-cp314-manylinux_2_28_aarch64": "26ce9c45eb340bb9eec7ca5e78102ac1759d63aa7d66adf7c0fcafdeb221c84e",
-    "cp314-cp314-manylinux_2_28_x86_64": "60ea931e36e8f61ab350ef33c6114805068e7dd15b8a28f34f4704ac05089d58",
-}
-# The wheel whose sources the static tests read on a machine no pinned wheel fits (macOS,
-# Python 3.9, ...): the Python sources do not depend on the platform.
-FALLBACK_TAG = "cp311-cp311-manylinux_2_28_x86_64"
-
-# pip download: each try bounded; pip's own socket timeout and retries inside it. The first
-# try uses pip's configuration as it is (a mirror set there is honoured); the second names
-# PyPI itself, for a machine whose configured index lacks torch-npu.
-DOWNLOAD_TRY_S = 300
-PIP_SOCKET_TIMEOUT_S = 60
-PIP_RETRIES = 5
-PYPI_INDEX = "https://pypi.org/simple"
-PIP_INSTALL_S = 300
-
-# Read at import: the suite's autouse fixture removes DEVICEKIT_* variables during tests.
-CACHE_DIR = (
-    Path(os.environ["DEVICEKIT_TEST_CACHE"])
-    if os.environ.get("DEVICEKIT_TEST_CACHE")
-    else Path.home() / ".cache" / "devicekit-tests"
-)
+PIP_INSTALL_S = 300  # `pip install --target` of the wheel (npu_target)
 
 # Variables that would change what a devicekit subprocess sees (every launcher variable
 # devicekit reads, and more); the tests set their own.
@@ -111,133 +85,6 @@ def run_python(args, env):
         text=True,
         timeout=TIMEOUT_S,
     )
-
-
-def in_ci():
-    """Whether this run is CI's: CI=true or CI=1 (any case)."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1")
-
-
-def skip_or_fail(reason):
-    """Skip with `reason`; in CI fail with it instead (these tests must run there)."""
-    if in_ci():
-        pytest.fail(
-            f"{reason} [CI={os.environ['CI']}: this would be a skip outside CI]", pytrace=False
-        )
-    pytest.skip(reason)
-
-
-def wheel_name(tag):
-    return f"torch_npu-{NPU_VERSION}-{tag}.whl"
-
-
-def native_tag():
-    """The pinned wheel tag this interpreter installs (pip's order of preference), or None."""
-    pinned = {Tag(*key.split("-")): key for key in WHEEL_SHA256}
-    return next((pinned[tag] for tag in sys_tags() if tag in pinned), None)
-
-
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def verify_sha256(path, expected):
-    """Fail (always, CI or not) unless `path` has the sha256 `expected`."""
-    actual = sha256_of(path)
-    if actual != expected:
-        pytest.fail(
-            f"{path.name}: sha256 mismatch: expected {expected} (pinned in "
-            f"{Path(__file__).name}), actual {actual}; file: {path}",
-            pytrace=False,
-        )
-
-
-def _tail(text, lines=5):
-    """The last non-empty `lines` lines of `text` (pip's actual complaint), or ''."""
-    kept = [line for line in text.strip().splitlines() if line.strip()]
-    return " | ".join(kept[-lines:])
-
-
-def _pip_download(tag, dest, index_url=None):
-    """One try of `pip download` for exactly the wheel `tag` into `dest`; '' on success,
-    else what went wrong."""
-    python_tag, abi, platform_tag = tag.split("-")
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        f"torch-npu=={NPU_VERSION}",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform",
-        platform_tag,
-        "--python-version",
-        python_tag[2:],
-        "--implementation",
-        "cp",
-        "--abi",
-        abi,
-        "--dest",
-        str(dest),
-        "--timeout",
-        str(PIP_SOCKET_TIMEOUT_S),
-        "--retries",
-        str(PIP_RETRIES),
-        "--progress-bar",
-        "off",
-        "--no-input",
-        "--disable-pip-version-check",
-    ]
-    if index_url:
-        command += ["--index-url", index_url]
-    try:
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=DOWNLOAD_TRY_S,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return f"`pip download` took over {DOWNLOAD_TRY_S} s"
-    if result.returncode != 0:
-        return (
-            f"`pip download` exited {result.returncode}: "
-            f"{_tail(result.stderr) or _tail(result.stdout)}"
-        )
-    if not (dest / wheel_name(tag)).is_file():
-        saved = sorted(item.name for item in dest.iterdir())
-        return f"`pip download` saved {saved}, not {wheel_name(tag)}"
-    return ""
-
-
-def fetch_wheel(tag):
-    """CACHE_DIR/<wheel for tag>, downloaded once and checked against its pinned sha256 (a
-    mismatch fails). Skips (fails in CI) when no try could download it."""
-    path = CACHE_DIR / wheel_name(tag)
-    if not path.is_file():
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        failures = []
-        for index_url in (None, PYPI_INDEX):
-            staging = Path(tempfile.mkdtemp(prefix="download.", dir=CACHE_DIR))
-            try:
-                problem = _pip_download(tag, staging, index_url)
-                if not problem:
-                    verify_sha256(staging / wheel_name(tag), WHEEL_SHA256[tag])
-                    os.replace(staging / wheel_name(tag), path)
-                    break
-                failures.append(f"[{index_url or 'index from pip config'}] {problem}")
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        else:
-            skip_or_fail(f"cannot download {wheel_name(tag)}: " + "; ".join(failures))
-    verify_sha256(path, WHEEL_SHA256[tag])
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """devicekit.preflight.npu_ops: the shipped list of the operators torch_npu 2.13.0 implements
 is the pinned wheel's list, and its lookup answers known facts about it.
 
-The wheel comes from test_npu_honesty's machinery: downloaded once into the test cache and
+The wheel comes from tests/support/npu_wheel.py: downloaded once into the test cache and
 checked against its pinned sha256; a failed download skips, and fails in CI.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch  # noqa: F401  (before devicekit, as conftest.py explains)
 
 from devicekit.preflight import npu_ops
-from test_npu_honesty import NPU_VERSION, WHEEL_SHA256, fetch_wheel
+from support.npu_wheel import NPU_VERSION, WHEEL_SHA256, fetch_wheel
 
 HEADER = re.compile(
     r"# (?P<source>\S+) in torch_npu-(?P<version>[^-]+)-(?P<tag>\S+)\.whl "
@@ -32,7 +32,9 @@ def header():
 def test_header_names_the_pinned_wheel(header):
     assert header["source"] == npu_ops.YAML_IN_WHEEL
     assert header["version"] == npu_ops.TORCH_NPU_VERSION == NPU_VERSION
-    assert header["tag"] in WHEEL_SHA256, f"tag {header['tag']} is not pinned in test_npu_honesty"
+    assert header["tag"] in WHEEL_SHA256, (
+        f"tag {header['tag']} is not pinned in support/npu_wheel.py"
+    )
     assert header["sha256"] == WHEEL_SHA256[header["tag"]], (
         f"header sha256 {header['sha256']} is not the pinned {WHEEL_SHA256[header['tag']]}"
     )

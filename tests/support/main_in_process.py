@@ -17,8 +17,9 @@ import main as main_module
 from devicekit import runtime
 from invariant import working_directory
 
-# A tiny run: every valid part of a command line is cheap (add --dummy or a data folder).
-TINY = [
+# The arguments of a cheap run for the refusal tests to add to (not support.runs.TINY, the
+# training run): every valid part of a command line is cheap (add --dummy or a data folder).
+REFUSAL_RUN = [
     "-a",
     "tinynet",
     "--num-classes",

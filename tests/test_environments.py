@@ -18,18 +18,13 @@ from devicekit.environments import (
     resolve_launch,
 )
 from devicekit.errors import UsageError
-
-# The namespaces, the marked-process harness, the hard time limit and main.py's arguments
-# of the two-node test.
-from test_faults import (  # noqa: F401  (fixtures are used by name)
-    GONE_BOUND_S,
-    PY,
+from support.launchers import PY
+from support.time_limit import _hard_time_limit, time_limit  # noqa: F401  (autouse fixture)
+from support.tracked import GONE_BOUND_S, Tracked
+from support.two_nodes import (  # noqa: F401  (the fixture two_namespaces)
     TWO_NODE_ARGS,
-    Tracked,
-    _hard_time_limit,
     run_8p_on_two_nodes,
-    time_limit,
-    two_namespaces,
+    two_namespaces_fixture,
 )
 
 
@@ -778,8 +773,9 @@ def _weights(text):
 
 
 @pytest.mark.slow
+@pytest.mark.two_node
 @time_limit(480)
-def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):  # noqa: F811 - the fixture imported above
+def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
     ns = two_namespaces
     subnet = ns["addresses"][0].rsplit(".", 1)[0]
     with Tracked(tmp_path, "slurm") as run:

@@ -1,5 +1,6 @@
 """Real fault injection: ranks that crash mid-epoch, ranks that never arrive, a master port
-that is taken, SIGKILL during a checkpoint write, and two nodes in network namespaces.
+that is taken, SIGKILL during a checkpoint write, two nodes in network namespaces, a lost
+rank restarted, and signals to the launchers.
 
 Faults are injected from outside the production code: tests/fault_injection/ goes first on
 PYTHONPATH, and its sitecustomize.py (which Python runs at start-up in every process,
@@ -8,36 +9,37 @@ FAULT_RANK stamps the time and then SIGKILLs itself or raises at step FAULT_AT_S
 
 Every process a test starts runs in its own session with FAULT_TEST_MARKER=<unique> in its
 environment (inherited by launchers' workers, spawned ranks and DataLoader workers), with
-output to files and a timeout on every wait. When a test ends, everything carrying its
-marker is killed; a run that has to be *killed* there, instead of ending on its own, fails
-the test. Each test also has a hard time limit (SIGALRM). Timings of the launcher runs are
-printed as a table at the end of the module (pytest -s) and written as JSON to
-$DEVICEKIT_FAULT_REPORT when it is set.
+output to files and a timeout on every wait (support/tracked.py). When a test ends,
+everything carrying its marker is killed; a run that has to be *killed* there, instead of
+ending on its own, fails the test. Each test also has a hard time limit (SIGALRM,
+support/time_limit.py). Timings of the launcher runs are printed as a table at the end of
+the module (pytest -s) and written as JSON to $DEVICEKIT_FAULT_REPORT when it is set.
 """
 
 import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 
-from conftest import is_launcher_variable
 from devicekit.environments import find_free_port
-from processes import output_file, taken_port
+from support.launchers import MAIN, PY, commands, log_dir
+from support.processes import taken_port
+from support.time_limit import _hard_time_limit, time_limit  # noqa: F401  (autouse fixture)
+from support.tracked import FAULT_DIR, GONE_BOUND_S, Tracked, poll_until
+from support.two_nodes import (  # noqa: F401  (the fixture two_namespaces)
+    TWO_NODE_ARGS,
+    run_8p_on_two_nodes,
+    two_namespaces_fixture,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-FAULT_DIR = Path(__file__).resolve().parent / "fault_injection"
 WRITER = FAULT_DIR / "checkpoint_writer.py"
-PY = sys.executable
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +50,9 @@ FAULT_RANK = 1
 FAULT_SEED = int(os.environ.get("DEVICEKIT_FAULT_SEED", random.randrange(1 << 30)))
 # Of 200 in epoch 0: mid-epoch, a few steps after rank 0 printed.
 FAULT_AT_STEP = random.Random(FAULT_SEED).randint(3, 12)
-# Long enough that the fault is mid-epoch; -j 1 so DataLoader worker processes exist.
+# Long enough that the fault is mid-epoch; -j 1 so DataLoader worker processes exist. A run
+# never gets far: it ends at the fault (or the signal), so its length is the start-up (the
+# imports, a loader worker each) plus a few steps of ~15 ms plus the launcher's reaction.
 TRAIN_ARGS = [
     "--dummy",
     "-a",
@@ -92,245 +96,17 @@ SHORT_ARGS = [
 
 START_TIMEOUT_S = 180  # until the fault fires (2 ranks starting on 2 busy cores)
 DETECT_BOUND_S = 60  # from the fault to the launcher's exit
-GONE_BOUND_S = 30  # from the launcher's exit until no process of the run is left
 NEVER_ARRIVES_BOUND_S = 30  # the whole run of a rank 0 whose peer never comes (timeout 5 s)
-DEFAULT_TIME_LIMIT_S = 300
-
-# Besides every launcher's variables (conftest.is_launcher_variable), what run_8p.sh, gloo
-# or an earlier fault run may have left in the test's own environment: none may leak.
-_STRIP = {
-    "NNODES",
-    "NODE_RANK",
-    "NPROC_PER_NODE",
-    "LOG_DIR",
-    "BIND_CORES",
-    "PYTHON",
-    "MAX_RESTARTS",
-    "SCRIPT",
-    "GLOO_SOCKET_IFNAME",
-}
 
 
-# -- a hard time limit per test ---------------------------------------------------------------
-
-
-class HardTimeLimit(Exception):
-    """A test ran past its time limit (its finally blocks still clean up)."""
-
-
-def time_limit(seconds):
-    """Decorator: this test's hard limit in seconds (else DEFAULT_TIME_LIMIT_S)."""
-
-    def mark(test):
-        test.time_limit_s = seconds
-        return test
-
-    return mark
-
-
-@pytest.fixture(autouse=True)
-def _hard_time_limit(request):
-    limit = getattr(request.function, "time_limit_s", DEFAULT_TIME_LIMIT_S)
-
-    def expired(signum, frame):
-        raise HardTimeLimit(f"{request.node.name} ran past its hard limit of {limit} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(limit)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-# -- processes carrying a marker --------------------------------------------------------------
-
-
-def _proc_read(pid, name):
-    with open(f"/proc/{pid}/{name}", "rb") as handle:
-        return handle.read()
-
-
-def marked_processes(marker, paths=()):
-    """{pid: command line} of live processes whose environment holds `marker` or whose
-    command line names one of `paths` (zombies excluded: they hold nothing)."""
-    found = {}
-    needles = [str(p).encode() for p in paths]
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            state = _proc_read(entry, "stat").rsplit(b")", 1)[1].split()[0]
-            if state in (b"Z", b"X"):
-                continue
-            cmdline = _proc_read(entry, "cmdline")
-            environ = _proc_read(entry, "environ")
-        except OSError:
-            continue  # gone meanwhile (or not ours to read)
-        if marker.encode() in environ or any(n in cmdline for n in needles):
-            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]
-    return found
-
-
-def child_env(marker, fault=None, **extra):
-    """os.environ without launch variables, repo importable (the fault injector first when
-    `fault` is given), cpu forced, one thread per process, `marker`, plus `extra`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in _STRIP and not k.startswith("FAULT_") and not is_launcher_variable(k)
-    }
-    path = [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if fault is not None:
-        path.insert(0, str(FAULT_DIR))
-        env.update({f"FAULT_{k.upper()}": str(v) for k, v in fault.items()})
-    env["PYTHONPATH"] = os.pathsep.join(path)
-    env.update(
-        DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", FAULT_TEST_MARKER=marker
+def start_main(run, name, launcher, args, directory, fault=None, launcher_args=(), **extra):
+    """Start main.py `args` with NPROC ranks under `launcher` (support.launchers; run_8p.sh's
+    rank logs in directory/logs) as `name` of `run`, with the fault injector when `fault` is
+    given and the variables `extra`; its Popen."""
+    (command,) = commands(
+        launcher, MAIN, args, NPROC, directory, name=name, launcher_args=launcher_args
     )
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-class Finished:
-    def __init__(self, name, returncode, stdout, stderr, seconds):
-        self.name, self.returncode, self.stdout, self.stderr, self.seconds = (
-            name,
-            returncode,
-            stdout,
-            stderr,
-            seconds,
-        )
-
-    def stderr_lines(self):
-        return [line for line in self.stderr.splitlines() if line.strip()]
-
-    def __str__(self):
-        return (
-            f"--- {self.name}: exit {self.returncode} after {self.seconds:.1f} s\n"
-            f"[stdout]\n{self.stdout[-6000:]}\n[stderr]\n{self.stderr[-6000:]}"
-        )
-
-
-class Tracked:
-    """The processes of one test. Each starts in its own session with the test's marker in
-    its environment and its output in files under tmp_path/subdir. A process of the test is
-    one with the marker in its environment or tmp_path on its command line. On exit every
-    such process is killed; one that needed killing fails the test (unless it failed
-    already)."""
-
-    def __init__(self, tmp_path, subdir="procs"):
-        self.tmp_path = Path(tmp_path)  # named on the command lines of the test's processes
-        self.directory = self.tmp_path / subdir
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.marker = f"dkfault-{uuid.uuid4().hex}"
-        self._started = {}  # name -> (Popen, stdout file, stderr file, start monotonic)
-
-    def __enter__(self):
-        return self
-
-    def env(self, fault=None, **extra):
-        return child_env(self.marker, fault, **extra)
-
-    def start(self, name, argv, env, cwd=REPO):
-        out, err = (
-            output_file(self.directory / f"{name}.{stream}") for stream in ("stdout", "stderr")
-        )
-        proc = subprocess.Popen(
-            [str(a) for a in argv],
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-        self._started[name] = (proc, out, err, time.monotonic())
-        return proc
-
-    def read(self, name):
-        proc, out, err, started = self._started[name]
-        texts = []
-        for handle in (out, err):
-            handle.flush()
-            handle.seek(0)
-            texts.append(handle.read())
-        return Finished(name, proc.returncode, texts[0], texts[1], time.monotonic() - started)
-
-    def wait(self, name, timeout):
-        """Wait at most `timeout` s for `name` to exit; return (Finished, time.time() at exit)."""
-        proc = self._started[name][0]
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{name} did not exit within {timeout:.0f} s\n{self.read(name)}")
-        return self.read(name), time.time()
-
-    def alive(self):
-        return marked_processes(self.marker, [self.tmp_path])
-
-    def wait_all_gone(self, timeout):
-        """Poll until no process of this test is alive; return the seconds it took."""
-        started = time.monotonic()
-        while True:
-            left = self.alive()
-            if not left:
-                return time.monotonic() - started
-            if time.monotonic() - started > timeout:
-                listing = "\n".join(f"  {pid}: {cmd}" for pid, cmd in sorted(left.items()))
-                pytest.fail(
-                    f"processes of the run still alive {timeout} s after it ended:\n{listing}"
-                )
-            time.sleep(0.05)
-
-    def kill_all(self):
-        for proc, _, _, _ in self._started.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session/group this test created
-            except (ProcessLookupError, PermissionError):
-                pass
-        # Launchers put workers in sessions of their own (torchrun, run_8p's setsid).
-        for _ in range(3):
-            for pid in self.alive():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        for proc, _, _, _ in self._started.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-
-    def __exit__(self, exc_type, exc, tb):
-        survivors = self.alive()
-        try:
-            self.kill_all()
-            deadline = time.monotonic() + 10
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            unkillable = self.alive()
-        finally:
-            for _, out, err, _ in self._started.values():
-                out.close()
-                err.close()
-        if exc_type is None:
-            assert not unkillable, f"processes survived SIGKILL: {unkillable}"
-            assert not survivors, f"processes had to be killed after the test: {survivors}"
-        return False
-
-
-def poll_until(predicate, timeout, what, on_timeout=lambda: ""):
-    """Poll `predicate` every 50 ms until it returns a true value; fail after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout:.0f} s\n{on_timeout()}")
-        time.sleep(0.05)
+    return run.start(name, command.argv, run.env(fault, **command.env, **extra))
 
 
 @time_limit(60)
@@ -342,8 +118,13 @@ def test_the_harness_finds_and_kills_an_escaped_process(tmp_path):
             run.start("escape", ["bash", "-c", "setsid sleep 600 & echo $!"], run.env())
             result, _ = run.wait("escape", 30)
             escaped = int(result.stdout)
-            poll_until(lambda: escaped in run.alive(), 30, "the escaped sleep shows up")
-            assert os.getsid(escaped) not in (os.getsid(0), run._started["escape"][0].pid)
+            # Its command line is sleep's once setsid has made the new session and exec'd.
+            poll_until(
+                lambda: run.alive().get(escaped, "").startswith("sleep "),
+                30,
+                "the escaped sleep shows up",
+            )
+            assert os.getsid(escaped) not in (os.getsid(0), run.proc("escape").pid)
     assert str(escaped) in str(failure.value)
     assert not run.alive()
 
@@ -367,13 +148,14 @@ def fault_table():
         f"({NPROC} ranks, gloo, CPU):"
     )
     print(
-        f"{'launcher':<10} {'fault':<6} {'exit':>5} {'fault->launcher exit':>21} "
-        f"{'left at exit':>13} {'exit->all gone':>15}  reported"
+        f"{'launcher':<10} {'fault':<6} {'exit':>5} {'start->fault':>13} "
+        f"{'fault->launcher exit':>21} {'left at exit':>13} {'exit->all gone':>15}  reported"
     )
     for r in rows:
         print(
             f"{r['launcher']:<10} {r['fault']:<6} {r['returncode']:>5} "
-            f"{r['detect_s']:>19.2f} s {r['left_at_exit']:>13} {r['gone_after_exit_s']:>13.2f} s"
+            f"{r['start_to_fault_s']:>11.2f} s {r['detect_s']:>19.2f} s {r['left_at_exit']:>13} "
+            f"{r['gone_after_exit_s']:>13.2f} s"
             f"  {r['reported']}"
         )
     report = os.environ.get("DEVICEKIT_FAULT_REPORT")
@@ -383,39 +165,6 @@ def fault_table():
                 {"fault_at_step": FAULT_AT_STEP, "nproc": NPROC, "rows": rows}, handle, indent=2
             )
             handle.write("\n")
-
-
-def launcher_argv(launcher, out_dir):
-    args = TRAIN_ARGS + ["--output-dir", out_dir]
-    if launcher == "torchrun":
-        return [
-            PY,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            NPROC,
-            "main.py",
-            *args,
-        ]
-    if launcher == "launch":
-        # Its static rendezvous defaults to port 29500: give it a free one.
-        return [
-            PY,
-            "-m",
-            "torch.distributed.launch",
-            "--nproc_per_node",
-            NPROC,
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            find_free_port(),
-            "main.py",
-            *args,
-        ]
-    if launcher == "spawn":
-        return [PY, "main.py", "--multiprocessing-distributed", "--nproc-per-node", NPROC, *args]
-    return ["bash", "launch/run_8p.sh", *args]
 
 
 _ROOT_CAUSE = re.compile(
@@ -461,14 +210,11 @@ def check_names_failing_rank(launcher, fault, result, logs):
 @pytest.mark.parametrize("fault", FAULT_KINDS)
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
-    stamp_path, out_dir, log_dir = tmp_path / "fault.json", tmp_path / "out", tmp_path / "logs"
+    stamp_path, out_dir, logs_dir = tmp_path / "fault.json", tmp_path / "out", log_dir(tmp_path)
     fault_env = {"kind": fault, "rank": FAULT_RANK, "at_step": FAULT_AT_STEP, "stamp": stamp_path}
     with Tracked(tmp_path) as run:
-        extra = {}
-        if launcher == "run_8p":
-            extra = {"NPROC_PER_NODE": NPROC, "LOG_DIR": log_dir, "PYTHON": PY}
-        run.start("launcher", launcher_argv(launcher, out_dir), run.env(fault_env, **extra))
-        proc = run._started["launcher"][0]
+        args = [*TRAIN_ARGS, "--output-dir", out_dir]
+        proc = start_main(run, "launcher", launcher, args, tmp_path, fault_env)
         # The fault fires (or the launcher ends early, which fails below).
         poll_until(
             lambda: stamp_path.exists() or proc.poll() is not None,
@@ -483,7 +229,7 @@ def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
         left_at_exit = run.alive()  # e.g. loader workers of a killed rank, until they notice
         gone_s = run.wait_all_gone(GONE_BOUND_S)
 
-    logs = "".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(log_dir.glob("*.log")))
+    logs = "".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(logs_dir.glob("*.log")))
     assert stamp["rank"] == FAULT_RANK and stamp["step"] == FAULT_AT_STEP, stamp
     assert result.returncode not in (0, None), f"{result}\n{logs}"
     assert result.returncode != 2, f"a crash is not a usage error\n{result}\n{logs}"
@@ -503,6 +249,7 @@ def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
             "launcher": launcher,
             "fault": fault,
             "returncode": result.returncode,
+            "start_to_fault_s": round(result.seconds - (exited_at - stamp["time"]), 3),
             "detect_s": round(detect_s, 3),
             "left_at_exit": len(left_at_exit),
             "gone_after_exit_s": round(gone_s, 3),
@@ -716,51 +463,7 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
 # -- 5. two nodes in network namespaces --------------------------------------------------------
 
 
-def _ip(*args, check=True):
-    return subprocess.run(
-        ["ip", *map(str, args)], capture_output=True, text=True, timeout=30, check=check
-    )
-
-
-@pytest.fixture(scope="module")
-def two_namespaces():
-    """Two network namespaces joined by a veth pair with private addresses (only inside
-    them); removed, with the veth, when the module ends."""
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2's `ip` is not installed")
-    tag = f"dk{os.getpid()}"
-    names, links = [f"{tag}a", f"{tag}b"], [f"{tag}a0", f"{tag}b0"]
-    subnet = f"10.231.{os.getpid() % 250 + 1}"
-    addresses = [f"{subnet}.1", f"{subnet}.2"]
-    created = []
-    try:
-        probe = _ip("netns", "add", names[0], check=False)
-        if probe.returncode != 0:
-            pytest.skip(
-                f"cannot create a network namespace (needs root/CAP_NET_ADMIN): "
-                f"{probe.stderr.strip()}"
-            )
-        created.append(names[0])
-        _ip("netns", "add", names[1])
-        created.append(names[1])
-        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for name, link, address in zip(names, links, addresses, strict=False):
-            _ip("link", "set", link, "netns", name)
-            _ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
-            _ip("-n", name, "link", "set", link, "up")
-            _ip("-n", name, "link", "set", "lo", "up")
-        exec_probe = _ip("netns", "exec", names[0], "true", check=False)
-        if exec_probe.returncode != 0:
-            pytest.skip(f"`ip netns exec` does not work here: {exec_probe.stderr.strip()}")
-        yield {"names": names, "links": links, "addresses": addresses}
-    finally:
-        for name in created:
-            _ip("netns", "del", name, check=False)
-        _ip("link", "del", links[0], check=False)  # if it never moved into a namespace
-        left = _ip("netns", "list", check=False).stdout
-        assert not any(name in left for name in names), left
-
-
+@pytest.mark.two_node
 @time_limit(120)
 def test_interface_towards_inside_a_namespace(two_namespaces, tmp_path):
     ns = two_namespaces
@@ -778,62 +481,7 @@ def test_interface_towards_inside_a_namespace(two_namespaces, tmp_path):
     assert json.loads(result.stdout) == [ns["links"][0], None, ns["addresses"][0]], result
 
 
-def run_8p_on_two_nodes(run, ns, args, tmp_path, log_dir="node", timeout=200):
-    """run_8p.sh with 2 ranks on each of the two namespaces' nodes (rank logs in
-    tmp_path/<log_dir><node>); the Finished of both nodes."""
-    for node in (0, 1):
-        env = run.env(
-            NNODES=2,
-            NODE_RANK=node,
-            MASTER_ADDR=ns["addresses"][0],
-            MASTER_PORT=29500,
-            NPROC_PER_NODE=2,
-            LOG_DIR=tmp_path / f"{log_dir}{node}",
-            PYTHON=PY,
-        )
-        run.start(
-            f"node{node}",
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns["names"][node],
-                "bash",
-                "launch/run_8p.sh",
-                *args,
-                "--output-dir",
-                tmp_path / f"out{node}",
-            ],
-            env,
-        )
-    results = [run.wait(f"node{node}", timeout)[0] for node in (0, 1)]
-    run.wait_all_gone(GONE_BOUND_S)
-    return results
-
-
-# main.py's arguments for the two-node runs: run_8p.sh's here and Slurm's in
-# test_environments.py, which must end with the same weights.
-TWO_NODE_ARGS = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "2",
-    "--steps-per-epoch",
-    "3",
-    "--val-steps",
-    "2",
-    "-j",
-    "0",
-]
-
-
+@pytest.mark.two_node
 @time_limit(240)
 def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
     ns = two_namespaces
@@ -914,34 +562,17 @@ def restart_table():
             )
 
 
-def restart_argv(launcher, out_dir):
-    args = RESTART_ARGS + ["--save-every", SAVE_EVERY, "--output-dir", out_dir]
-    if launcher == "torchrun":
-        return [
-            PY,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--max-restarts",
-            "1",
-            "--nproc-per-node",
-            NPROC,
-            "main.py",
-            *args,
-        ]
-    return ["bash", "launch/run_8p.sh", *args]
-
-
 def finished_run(tmp_path, launcher, name, fault=None):
     """Run main.py to its end under `launcher` (restarting once); (checkpoint, weights lines,
     seconds, output)."""
-    out_dir, log_dir = tmp_path / name / "out", tmp_path / name / "logs"
-    extra = {"NPROC_PER_NODE": NPROC, "LOG_DIR": log_dir, "PYTHON": PY, "MAX_RESTARTS": 1}
+    out_dir, logs_dir = tmp_path / name / "out", log_dir(tmp_path / name)
+    args = [*RESTART_ARGS, "--save-every", SAVE_EVERY, "--output-dir", out_dir]
+    launcher_args = ["--max-restarts", 1] if launcher == "torchrun" else []
     with Tracked(tmp_path / name) as run:
-        run.start(name, restart_argv(launcher, out_dir), run.env(fault, **extra))
+        start_main(run, name, launcher, args, tmp_path / name, fault, launcher_args, MAX_RESTARTS=1)
         result, _ = run.wait(name, 400)
         run.wait_all_gone(GONE_BOUND_S)
-    logs = "".join(p.read_text() for p in sorted(log_dir.glob("*.log")))
+    logs = "".join(p.read_text() for p in sorted(logs_dir.glob("*.log")))
     text = result.stdout + result.stderr + logs
     assert result.returncode == 0, f"{result}\n{logs}"
     weights = sorted(set(re.findall(r"^=> rank (\d+)/2 done: weights ([0-9a-f]+)$", text, re.M)))
@@ -988,77 +619,84 @@ def test_a_lost_rank_is_restarted_and_ends_bitwise_identical(launcher, tmp_path,
 
 # -- 7. signals stop the whole run ---------------------------------------------------------------
 
-LONG_ARGS = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "50",
-    "--steps-per-epoch",
-    "200",
-    "-j",
-    "1",
-    "-p",
-    "1",
-]
+SIGNALS = ["SIGHUP", "SIGINT", "SIGTERM"]
+# The real training runs: each launcher once and each signal once. What the other pairs
+# would check is checked without training: for run_8p.sh and spawn (devicekit's own) with
+# every signal by the stand-in tests below; torchrun's are torch's (see the docstring).
+SIGNAL_RUNS = [("spawn", "SIGHUP"), ("run_8p", "SIGINT"), ("torchrun", "SIGTERM")]
+
+
+def check_stopped_by_a_signal(result, signame, gone_s):
+    """What devicekit's launchers (main.py's spawn supervisor, run_8p.sh) do on a stop
+    signal: exit 128 + its number, the last line of stderr naming it says the ranks were
+    stopped, no traceback, and no process of the run is left 10 s after."""
+    assert result.returncode == 128 + getattr(signal, signame), result
+    lines = [line for line in result.stderr.splitlines() if signame[3:] in line]
+    assert lines and "stopped" in lines[-1], result
+    assert "Traceback" not in result.stderr, result
+    assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
+
+
+def training_under_way(run, proc):
+    """Wait until rank 0 of main.py has printed its second step (or the run ended)."""
+    poll_until(
+        lambda: (
+            re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
+            or proc.poll() is not None
+        ),
+        START_TIMEOUT_S,
+        "training under way",
+        lambda: str(run.read("run")),
+    )
 
 
 @time_limit(180)
-@pytest.mark.parametrize("signame", ["SIGHUP", "SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("launcher", ["spawn", "run_8p", "torchrun"])
+@pytest.mark.parametrize("launcher, signame", SIGNAL_RUNS)
 def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
     """The terminal closes (SIGHUP), Ctrl-C (SIGINT), a scheduler stops the job (SIGTERM):
-    every rank and loader worker is gone at once, the launcher exits 128 + the signal."""
-    number = getattr(signal, signame)
-    argv = {
-        "spawn": [PY, "main.py", "--multiprocessing-distributed", "--nproc-per-node", NPROC],
-        "run_8p": ["bash", "launch/run_8p.sh"],
-        "torchrun": [
-            PY,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            NPROC,
-            "main.py",
-        ],
-    }[launcher]
-    extra = {"NPROC_PER_NODE": NPROC, "LOG_DIR": tmp_path / "logs", "PYTHON": PY}
+    every rank and loader worker is gone at once, the launcher exits 128 + the signal.
+
+    One real training run per launcher, each with another of the three signals. The other
+    signals of devicekit's two launchers are checked with ranks that only sleep (the
+    handling is the launcher's, whatever its ranks run): run_8p.sh in
+    test_run_8p_stops_every_rank_on_each_signal, spawn's supervisor (devicekit.launch) in
+    test_the_spawn_supervisor_stops_every_rank_on_each_signal. torchrun's SIGHUP and SIGINT
+    are not rerun: torchrun is torch's, which handles SIGTERM, SIGINT, SIGHUP and SIGQUIT
+    with one and the same handler (its --signals-to-handle), and its way of exiting on a
+    signal is torch's convention, not devicekit's; this run checks that convention (its
+    workers stopped, a non-zero exit naming the signal) and that main.py's ranks go with it.
+    """
     with Tracked(tmp_path) as run:
-        proc = run.start(
-            "run", [*argv, *LONG_ARGS, "--output-dir", tmp_path / "out"], run.env(**extra)
-        )
-        poll_until(
-            lambda: (
-                re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
-                or proc.poll() is not None
-            ),
-            START_TIMEOUT_S,
-            "training under way",
-            lambda: str(run.read("run")),
-        )
-        proc.send_signal(number)
+        args = [*TRAIN_ARGS, "--output-dir", tmp_path / "out"]
+        proc = start_main(run, "run", launcher, args, tmp_path)
+        training_under_way(run, proc)
+        proc.send_signal(getattr(signal, signame))
         result, _exited_at = run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
     if launcher == "torchrun":
         # torchrun's own convention: its workers stopped, it exits non-zero, naming the signal.
         assert result.returncode != 0 and signame in result.stderr, result
+        assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
     else:
-        assert result.returncode == 128 + number, result
-        lines = [line for line in result.stderr.splitlines() if signame[3:] in line]
-        assert lines and "stopped" in lines[-1], result
-        assert "Traceback" not in result.stderr, result
-    assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
+        check_stopped_by_a_signal(result, signame, gone_s)
 
 
 # A rank that says it is up and waits: how run_8p.sh stops its ranks, without a training run.
 _IDLE_RANK = "import os, time\nprint('up', os.environ['LOCAL_RANK'], flush=True)\ntime.sleep(300)\n"
+# The same under devicekit.launch(), the supervisor of main.py --multiprocessing-distributed.
+_IDLE_LAUNCH = f"""import os, time
+
+import devicekit
+
+
+def rank(local_rank):
+    print("up", local_rank, flush=True)
+    time.sleep(300)
+
+
+if __name__ == "__main__":
+    devicekit.launch(rank, nprocs={NPROC})
+"""
 # PYTHON for run_8p.sh: its free-port lookup gives the port, ends its output and, while the
 # script waits for it to exit, sends SIGINT to the launcher alone (the leader of the process
 # group the test started).
@@ -1094,6 +732,85 @@ def _executable(path, shebang_python, text):
     return path
 
 
+def idle_run_8p(tmp_path):
+    """run_8p.sh with NPROC ranks of _IDLE_RANK: (argv, its variables, the rank logs' folder)."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(_IDLE_RANK)
+    (command,) = commands("run_8p", rank, [], NPROC, tmp_path, name="run")
+    return command.argv, dict(command.env), log_dir(tmp_path)
+
+
+def every_rank_up(run, proc, says_up):
+    """Wait until `says_up(i)` for every local rank i (or the launcher ended)."""
+    poll_until(
+        lambda: all(says_up(i) for i in range(NPROC)) or proc.poll() is not None,
+        START_TIMEOUT_S,
+        "every rank up",
+        lambda: str(run.read("run")),
+    )
+
+
+@time_limit(90)
+@pytest.mark.parametrize("signame", SIGNALS)
+def test_run_8p_stops_every_rank_on_each_signal(signame, tmp_path):
+    """Each stop signal to run_8p.sh once its ranks are up: what the real run checks
+    (test_a_signal_to_the_launcher_stops_every_rank[run_8p-SIGINT]) for every signal, and
+    that the line is the script's own, the last it prints."""
+    argv, extra, logs = idle_run_8p(tmp_path)
+    with Tracked(tmp_path) as run:
+        proc = run.start("run", argv, run.env(**extra))
+        every_rank_up(run, proc, lambda i: "up" in _text_of(logs / f"rank_{i}.log"))
+        proc.send_signal(getattr(signal, signame))
+        result, _ = run.wait("run", 30)
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    check_stopped_by_a_signal(result, signame, gone_s)
+    assert result.stderr_lines()[-1] == f"run_8p: {signame[3:]} received: stopped every rank", (
+        result
+    )
+
+
+@time_limit(90)
+def test_run_8p_started_with_sighup_ignored_keeps_it_ignored(tmp_path):
+    """`nohup bash launch/run_8p.sh`: SIGHUP does nothing, as nohup asks (the ranks train on
+    after the terminal closes); SIGTERM still stops every rank."""
+    argv, extra, logs = idle_run_8p(tmp_path)
+    with Tracked(tmp_path) as run:
+        proc = run.start("run", ["nohup", *argv], run.env(**extra))
+        every_rank_up(run, proc, lambda i: "up" in _text_of(logs / f"rank_{i}.log"))
+        ranks = {pid for pid, command in run.alive().items() if "rank.py" in command}
+        assert len(ranks) == NPROC, run.alive()
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert proc.poll() is None, run.read("run")
+        assert ranks <= set(run.alive()), (ranks, run.alive())
+        proc.send_signal(signal.SIGTERM)
+        result, _ = run.wait("run", 30)
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    check_stopped_by_a_signal(result, "SIGTERM", gone_s)
+    assert "HUP" not in result.stderr, result
+
+
+@time_limit(120)
+@pytest.mark.parametrize("signame", SIGNALS)
+def test_the_spawn_supervisor_stops_every_rank_on_each_signal(signame, tmp_path):
+    """Each stop signal to devicekit.launch()'s supervisor (what main.py
+    --multiprocessing-distributed runs) once its ranks are up: what the real run checks
+    (test_a_signal_to_the_launcher_stops_every_rank[spawn-SIGHUP]) for every signal, with
+    ranks that only sleep, and that the line is the supervisor's own, the last it prints."""
+    script = tmp_path / "idle_launch.py"
+    script.write_text(_IDLE_LAUNCH)
+    with Tracked(tmp_path) as run:
+        proc = run.start("run", [PY, script], run.env())
+        every_rank_up(run, proc, lambda i: re.search(rf"^up {i}$", run.read("run").stdout, re.M))
+        proc.send_signal(getattr(signal, signame))
+        result, _ = run.wait("run", 30)
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    check_stopped_by_a_signal(result, signame, gone_s)
+    assert result.stderr_lines()[-1] == (
+        f"devicekit: {signame} received: stopped all {NPROC} ranks"
+    ), result
+
+
 @time_limit(90)
 @pytest.mark.parametrize(
     "moment", ["started_with_sigint_ignored", "during_the_port_lookup", "before_setsid"]
@@ -1106,13 +823,9 @@ def test_run_8p_stops_on_sigint_at_any_moment(moment, tmp_path):
     a command substitution, trap or not), and when it comes before a rank leads its own
     process group (signalling the group does not reach it). Each fails on the script before
     these were fixed: the ranks trained on (the first two) or one was left behind."""
-    rank = tmp_path / "rank.py"
-    rank.write_text(_IDLE_RANK)
-    logs = tmp_path / "logs"
-    extra = {"SCRIPT": rank, "NPROC_PER_NODE": NPROC, "LOG_DIR": logs, "PYTHON": PY}
-    argv = ["bash", "launch/run_8p.sh"]
+    argv, extra, logs = idle_run_8p(tmp_path)
     if moment == "started_with_sigint_ignored":
-        argv = ["bash", "-c", 'trap "" INT; exec bash launch/run_8p.sh']
+        argv = ["bash", "-c", f'trap "" INT; exec {shlex.join(argv)}']
     elif moment == "during_the_port_lookup":
         extra["PYTHON"] = _executable(tmp_path / "python", PY, _SIGINT_DURING_PORT_LOOKUP)
     else:
@@ -1124,15 +837,7 @@ def test_run_8p_stops_on_sigint_at_any_moment(moment, tmp_path):
     with Tracked(tmp_path) as run:
         proc = run.start("run", argv, run.env(**extra))
         if moment == "started_with_sigint_ignored":
-            poll_until(
-                lambda: (
-                    all("up" in _text_of(logs / f"rank_{i}.log") for i in range(NPROC))
-                    or proc.poll() is not None
-                ),
-                START_TIMEOUT_S,
-                "every rank up",
-                lambda: str(run.read("run")),
-            )
+            every_rank_up(run, proc, lambda i: "up" in _text_of(logs / f"rank_{i}.log"))
             proc.send_signal(signal.SIGINT)
         result, _ = run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
@@ -1149,20 +854,9 @@ def test_ranks_die_with_run_8p_even_when_it_is_sigkilled(tmp_path):
     """SIGKILL cannot be trapped, so the script cannot stop its ranks: they go by themselves
     (devicekit asks the kernel to kill a rank whose run_8p.sh has died)."""
     with Tracked(tmp_path) as run:
-        proc = run.start(
-            "run",
-            ["bash", "launch/run_8p.sh", *LONG_ARGS, "--output-dir", tmp_path / "out"],
-            run.env(NPROC_PER_NODE=NPROC, LOG_DIR=tmp_path / "logs", PYTHON=PY),
-        )
-        poll_until(
-            lambda: (
-                re.search(r"^Epoch: \[0\]\[\s*2/200\]", run.read("run").stdout, re.M)
-                or proc.poll() is not None
-            ),
-            START_TIMEOUT_S,
-            "training under way",
-            lambda: str(run.read("run")),
-        )
+        args = [*TRAIN_ARGS, "--output-dir", tmp_path / "out"]
+        proc = start_main(run, "run", "run_8p", args, tmp_path)
+        training_under_way(run, proc)
         proc.kill()
         run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)

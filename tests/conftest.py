@@ -96,18 +96,30 @@ def pytest_runtest_makereport(item, call):
 
 # -- running on several workers (pytest-xdist; setup.cfg asks for 2) ------------------------
 
-# Modules whose tests are independent of one another are spread over the workers one test at
-# a time; every other module runs whole on one worker, so that its module-scoped runs (the
-# launcher matrices, the bad-input pool) are made once.
-SPREAD_MODULES = {"test_docs"}
 NSSWITCH = "/etc/nsswitch.conf"
 
 
+def _shares_a_run(item):
+    """Whether `item` uses a fixture of this suite made once for several tests (a module's
+    launcher runs, the bad-input pool): those tests run on one worker, where it is made once."""
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in info.name2fixturedefs.values() if info else ():
+        for definition in definitions:
+            module = getattr(definition.func, "__module__", "")
+            ours = module == "conftest" or module.startswith(("test_", "support."))
+            if ours and definition.scope != "function":
+                return True
+    return False
+
+
 def pytest_collection_modifyitems(config, items):
+    """The real multi-process runs first, so that the workers end together on short tests;
+    a test that shares a run with others goes with them, any other test to whichever worker
+    is free (setup.cfg: --dist loadgroup --no-loadscope-reorder)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
-        name = item.module.__name__
-        if name not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(name))
+        if _shares_a_run(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @functools.cache

@@ -153,6 +153,12 @@ def _join(
             timeout=timeout,
             init_method="env://" if store is None else None,
         )
+        if backend == "gloo":
+            # gloo's ranks connect to one another asymmetrically: a rank can be through
+            # while rank 0 still connects, and a rank that leaves at once (a script with
+            # nothing to do, a fast rank under load) made rank 0 fail with "Connection
+            # closed by peer". No rank returns before every rank is connected.
+            dist.barrier()
     except (RuntimeError, ValueError) as error:
         raise rendezvous.explain_setup_error(error, ctx, timeout_label) from None
 

@@ -93,6 +93,7 @@ from devicekit.processes import (
 from devicekit.profiler import profile
 from devicekit.seeding import seed_everything
 from devicekit.simulate import activate_from_environment
+from devicekit.workers import worker_context
 
 # DEVICEKIT_SIMULATE=npu: the stand-in npu device, in this process and every rank it starts.
 try:
@@ -163,6 +164,7 @@ __all__ = [
     "synchronize",
     "unwrap",
     "warn",
+    "worker_context",
     "world_size",
     "wrap_ddp",
 ]

@@ -23,6 +23,7 @@ from devicekit.kinds.npu import (
     torch_npu_matches,
     torch_npu_version,
 )
+from devicekit.workers import fork_can_deadlock
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
 HCCL_VARS = (
@@ -120,6 +121,13 @@ def _warnings(info: dict[str, Any]) -> list[str]:
             f'error" when it fills; give it {_human_bytes(SHM_WARN_BYTES)} or more '
             "(docker run --shm-size=8g; Kubernetes: an emptyDir of medium Memory at "
             "/dev/shm) or use --workers 0"
+        )
+    if fork_can_deadlock():
+        found.append(
+            f"Python {info['python']} can deadlock a forked child (CPython gh-112275): "
+            "DataLoader workers forked in a distributed run may hang at start; "
+            "devicekit.worker_context() starts them from a forkserver instead (main.py "
+            "does); upgrade to Python 3.11.10, 3.10.15 or later to fork them"
         )
     return found
 

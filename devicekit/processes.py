@@ -141,7 +141,7 @@ def _run_here(fn: Callable[..., _R], args: Sequence[Any], ctx: LaunchContext) ->
         destroy_process_group()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Be killed when the parent process dies, whatever kills it (Linux; elsewhere a no-op):
     a rank must never outlive its run."""
     parent = os.getppid()
@@ -158,7 +158,7 @@ def die_with_launcher() -> None:
     DEVICEKIT_LAUNCHER_PID), die when the script dies, even by SIGKILL, which it cannot
     trap to stop its ranks itself. devicekit calls this when it is imported."""
     if os.environ.get(LAUNCHER_PID_ENV) == str(os.getppid()):
-        _die_with_parent()
+        die_with_parent()
 
 
 def _child(
@@ -169,7 +169,7 @@ def _child(
     kind_name: str,
     failures: str,
 ) -> None:
-    _die_with_parent()
+    die_with_parent()
     # A process group of its own, which its DataLoader workers join: stopping the rank
     # signals them in the same instant. A worker that outlived its rank by a moment while
     # handing it a batch printed a traceback (ConnectionResetError in resource_sharer).

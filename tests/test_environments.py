@@ -750,6 +750,7 @@ def test_doctor_finds_cann_without_importing_torch_npu(monkeypatch, tmp_path):
 def test_doctor_warns_about_a_small_dev_shm_and_a_mismatched_torch_npu(monkeypatch):
     monkeypatch.setattr(doctor, "_shm_bytes", lambda: 64 << 20)
     monkeypatch.setattr(doctor, "torch_npu_version", lambda: "2.12.0")
+    monkeypatch.setattr(doctor, "fork_can_deadlock", lambda: False)
     info = doctor.gather("cpu")
     assert info["problems"] == []  # warnings do not block running
     shm, npu = sorted(info["warnings"], key=lambda text: not text.startswith("/dev/shm"))

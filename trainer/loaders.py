@@ -91,7 +91,11 @@ def build_loaders(train_set, val_set, batch_size, workers, ctx, seed):
         "persistent_workers": workers > 0,
     }
     if workers > 0:
-        common.update(prefetch_factor=4, worker_init_fn=freeze_inherited_objects)
+        common.update(
+            prefetch_factor=4,
+            worker_init_fn=freeze_inherited_objects,
+            multiprocessing_context=devicekit.worker_context(),
+        )
     train_loader = DataLoader(
         EpochSeededDataset(train_set, seed),
         sampler=EpochSeededSampler(train_set, ctx.world_size, ctx.rank, seed),

@@ -31,6 +31,7 @@ import pytest
 from devicekit.environments import find_free_port
 from support.launchers import MAIN, PY, commands, log_dir
 from support.processes import taken_port
+from support.runs import tiny_args
 from support.time_limit import _hard_time_limit, time_limit  # noqa: F401  (autouse fixture)
 from support.tracked import FAULT_DIR, GONE_BOUND_S, Tracked, poll_until
 from support.two_nodes import (  # noqa: F401  (the fixture two_namespaces)
@@ -53,46 +54,8 @@ FAULT_AT_STEP = random.Random(FAULT_SEED).randint(3, 12)
 # Long enough that the fault is mid-epoch; -j 1 so DataLoader worker processes exist. A run
 # never gets far: it ends at the fault (or the signal), so its length is the start-up (the
 # imports, a loader worker each) plus a few steps of ~15 ms plus the launcher's reaction.
-TRAIN_ARGS = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "50",
-    "--steps-per-epoch",
-    "200",
-    "-j",
-    "1",
-    "-p",
-    "1",
-]
-SHORT_ARGS = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "1",
-    "--steps-per-epoch",
-    "2",
-    "--val-steps",
-    "1",
-    "-j",
-    "0",
-    "-p",
-    "1",
-]
+TRAIN_ARGS = tiny_args(epochs=50, steps=200, val_steps=None, workers=1, print_freq=1)
+SHORT_ARGS = tiny_args(epochs=1, steps=2, val_steps=1, print_freq=1)
 
 START_TIMEOUT_S = 180  # until the fault fires (2 ranks starting on 2 busy cores)
 DETECT_BOUND_S = 60  # from the fault to the launcher's exit
@@ -515,31 +478,7 @@ def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
 
 # -- 6. a lost rank costs a few steps and no human -----------------------------------------------
 
-RESTART_ARGS = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "2",
-    "--steps-per-epoch",
-    "12",
-    "--val-steps",
-    "2",
-    "-j",
-    "1",
-    "-p",
-    "100",
-    "--seed",
-    "3",
-    "--resume",
-    "auto",
-]
+RESTART_ARGS = [*tiny_args(steps=12, workers=1), "--seed", "3", "--resume", "auto"]
 SAVE_EVERY = 3
 RESTART_STEPS = 24  # 2 epochs of 12
 

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT, clean_environ
-from support.runs import TINY, read_metrics, run_training
+from support.runs import TINY, read_metrics, run_training, tiny_args
 from trainer import state
 
 TIMEOUT_S = 120
@@ -143,18 +143,7 @@ def test_tensorboard_and_profiler_are_loaded_only_when_asked(tmp_path, flags, lo
 
 # 8 images in batches of 8, 2 epochs: 2 training steps, which only a rank can count.
 EIGHT_IMAGES = [
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "2",
-    "--image-size",
-    "32",
-    "-b",
-    "8",
-    "--epochs",
-    "2",
-    "-j",
-    "0",
+    *tiny_args(dummy=False, classes=2, batch=8, steps=None, val_steps=None, print_freq=None),
     "{d}/images",
 ]
 BAD = {  # id: (command line, the error line; {d}: the test's folder)

@@ -44,6 +44,7 @@ from support.runs import (
     load_checkpoint,
     read_metrics,
     run_training,
+    tiny_args,
 )
 from trainer import data, state
 from trainer.demo_data import make_demo_dataset, read_marker
@@ -239,18 +240,9 @@ SHAPES_VAL = SHAPES_CLASSES * SHAPES_VAL_PER_CLASS  # 25: divisible by neither 2
 # partial batch (25 = 4*6+1; 13+12 by 3; 9+8+8 by 2). fp32 (--no-amp), as the reference
 # accuracy computed here is.
 SHAPES_ARGS = [
-    "-a",
-    "tinynet",
-    "--num-classes",
-    SHAPES_CLASSES,
-    "--image-size",
-    "32",
-    "-b",
-    "6",
-    "-j",
-    "0",
-    "-p",
-    "100",
+    *tiny_args(
+        dummy=False, classes=SHAPES_CLASSES, batch=6, epochs=None, steps=None, val_steps=None
+    ),
     "--no-amp",
 ]
 WORLDS = {1: "single", 2: "torchrun", 3: "spawn"}

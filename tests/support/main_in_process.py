@@ -16,29 +16,11 @@ import torch  # before main: importing devicekit first sets TORCH_DEVICE_BACKEND
 import main as main_module
 from devicekit import runtime
 from invariant import working_directory
+from support.runs import tiny_args
 
 # The arguments of a cheap run for the refusal tests to add to (not support.runs.TINY, the
 # training run): every valid part of a command line is cheap (add --dummy or a data folder).
-REFUSAL_RUN = [
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "8",
-    "--epochs",
-    "1",
-    "--steps-per-epoch",
-    "2",
-    "--val-steps",
-    "1",
-    "-j",
-    "0",
-    "-p",
-    "1",
-]
+REFUSAL_RUN = tiny_args(dummy=False, batch=8, epochs=1, steps=2, val_steps=1, print_freq=1)
 
 
 def _print_warning(message, category, filename, lineno, file=None, line=None):

@@ -20,29 +20,39 @@ from trainer import state
 NPROC = 2
 RUN_TIMEOUT_S = 300  # one tiny 2-rank run takes ~10 s on 2 cores
 
-# main.py's tiny run: 2 epochs of 3 steps of 16 dummy 32x32 images (-b is the node's total),
-# 2 validation steps per epoch, no loader workers.
-TINY = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "2",
-    "--steps-per-epoch",
-    "3",
-    "--val-steps",
-    "2",
-    "-j",
-    "0",
-    "-p",
-    "100",
-]
+
+def tiny_args(
+    *,
+    dummy=True,
+    classes=10,
+    batch=16,
+    epochs=2,
+    steps=3,
+    val_steps=2,
+    workers=0,
+    print_freq=100,
+):
+    """main.py's arguments for a tiny run: tinynet on 32x32 images, `batch` the node's
+    total; a keyword given as None leaves its flag out (main.py's default then)."""
+    flags = {
+        "--num-classes": classes,
+        "-b": batch,
+        "--epochs": epochs,
+        "--steps-per-epoch": steps,
+        "--val-steps": val_steps,
+        "-j": workers,
+        "-p": print_freq,
+    }
+    args = ["--dummy"] if dummy else []
+    args += ["-a", "tinynet", "--image-size", "32"]
+    for flag, value in flags.items():
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+# 2 epochs of 3 steps of 16 dummy images, 2 validation steps per epoch, no loader workers.
+TINY = tiny_args()
 # The ways main.py is started with NPROC ranks (support.launchers names them).
 LAUNCHERS = ["torchrun", "launch", "spawn", "run_8p", "ascend"]
 CHECKPOINT_KEYS = {"epoch", "step", "arch", "state_dict", "best_acc1", "optimizer", "scheduler"}

@@ -17,29 +17,12 @@ import subprocess
 import pytest
 
 from support.launchers import PY, RUN_8P
+from support.runs import tiny_args
 from support.tracked import GONE_BOUND_S
 
 # main.py's arguments for the two-node runs: run_8p.sh's in test_faults.py and Slurm's in
 # test_environments.py, which must end with the same weights.
-TWO_NODE_ARGS = [
-    "--dummy",
-    "-a",
-    "tinynet",
-    "--num-classes",
-    "10",
-    "--image-size",
-    "32",
-    "-b",
-    "16",
-    "--epochs",
-    "2",
-    "--steps-per-epoch",
-    "3",
-    "--val-steps",
-    "2",
-    "-j",
-    "0",
-]
+TWO_NODE_ARGS = tiny_args(print_freq=None)
 
 
 def _ip(*args, check=True):

@@ -323,7 +323,7 @@ def test_two_processes_claiming_one_rank_are_named_not_a_port_clash(tmp_path):
         import devicekit
 
         def main(local_rank):
-            devicekit.init_distributed(timeout=20)
+            devicekit.init_distributed(timeout=12)
 
         devicekit.launch(main)
     """

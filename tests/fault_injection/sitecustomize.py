@@ -11,10 +11,6 @@ fired before, in a run that has since been restarted, and nothing happens) and t
     FAULT_KIND=kill   sends itself SIGKILL (a crash no Python code sees), or
     FAULT_KIND=raise  raises RuntimeError("injected fault") (an ordinary Python error).
 
-With FAULT_TARGET=optimizer (for scripts other than main.py, e.g. examples/), the step
-counted is every call of torch.optim.Optimizer.zero_grad instead, patched once
-devicekit.distributed (which imports torch) is loaded.
-
 The production code has no hook for this: the module is patched from outside.
 """
 
@@ -83,33 +79,10 @@ def _patch(loop):
     loop.train_one_epoch, loop.prepare_batch = wrapped_train_one_epoch, wrapped_prepare_batch
 
 
-def _patch_optimizer(_module):
-    import torch
-
-    fault_rank = int(os.environ.get("FAULT_RANK", "1"))
-    fault_step = int(os.environ.get("FAULT_AT_STEP", "1"))
-    state = {"steps": 0}
-    zero_grad = torch.optim.Optimizer.zero_grad
-
-    def wrapped_zero_grad(self, *args, **kwargs):
-        state["steps"] += 1
-        if state["steps"] == fault_step and _rank() == fault_rank:
-            _fault_now(fault_rank, fault_step)
-        return zero_grad(self, *args, **kwargs)
-
-    torch.optim.Optimizer.zero_grad = wrapped_zero_grad
-
-
-_TARGET, _PATCH = {
-    "trainer": ("trainer.loop", _patch),
-    "optimizer": ("devicekit.distributed", _patch_optimizer),
-}[os.environ.get("FAULT_TARGET", "trainer")]
-
-
 class _PatchTrainerLoop:
     """A meta-path finder that lets the normal finders load the target module, then patches it."""
 
-    TARGET = _TARGET
+    TARGET = "trainer.loop"
 
     def find_spec(self, name, path, target=None):
         if name != self.TARGET:
@@ -126,7 +99,7 @@ class _PatchTrainerLoop:
 
         def exec_and_patch(module):
             exec_module(module)
-            _PATCH(module)
+            _patch(module)
 
         spec.loader.exec_module = exec_and_patch  # this spec's own loader instance
         return spec

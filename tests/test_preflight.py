@@ -1,8 +1,26 @@
 """`devicekit preflight`: a user's script run here, recorded, and what it will hit on an
 Ascend NPU reported at the user's own lines.
 
-The scripts under tests/preflight_scripts mark the line of each hazard with `# <kind>`;
-every run is a real `python -m devicekit preflight` process with a timeout.
+The scripts under tests/preflight_scripts mark the line of each hazard with `# <kind>`.
+
+Most runs are `python -m devicekit preflight ARGS` inside this process
+(tests/support/preflight_in_process.py, `preflight_here`): devicekit's command line itself,
+in the same folder, with the environment the process would get (os.environ for the call),
+its stdout and stderr captured and its exit code returned as a CompletedProcess; the
+test's own frames are not recorded as the user's, and what the script changes (the
+working directory, os.environ, sys.argv and sys.path, devicekit's kind, the process group,
+torch's random state and settings, the warning filters) is put back afterwards. Each
+such run was compared with the process when this split was made: the same exit code,
+stdout, stderr and JSON report, byte for byte, but for main.py's own timings ("Time
+0.091", "Data 0.068"), which no test reads. Every test of this module has a hard time
+limit of TIMEOUT_S (support/time_limit.py), as each process has.
+
+Four runs stay real processes (`preflight`), each with its reason where it is made: the
+hazards run (the proof that the command works as a program: the script's output, on a
+buffered pipe, passes through before the report), one usage mistake (one line, exit 2,
+from the real interpreter), the npu stand-in (DEVICEKIT_SIMULATE=npu must be set before
+torch is imported, and the device it registers stays for the life of the process) and
+Ctrl-C (a real SIGINT).
 """
 
 import json
@@ -16,15 +34,19 @@ from conftest import clean_environ
 from devicekit.errors import UsageError
 from devicekit.preflight.cli import read_arguments
 from invariant import assert_usage_line
+from support.preflight_in_process import preflight_in_process
+from support.runs import tiny_args
+from support.time_limit import DEFAULT_TIME_LIMIT_S, _hard_time_limit  # noqa: F401  (autouse)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "preflight_scripts"
-TIMEOUT_S = 300
+TIMEOUT_S = DEFAULT_TIME_LIMIT_S  # a process's timeout; each test's hard limit (in-process)
 KINDS = ("cpu-fallback", "float64", "dynamic-shape", "data-dependent-shape", "host-sync")
 
 
 def preflight(*args, cwd=SCRIPTS, **env):
-    """Run `python -m devicekit preflight ARGS` in `cwd`; the CompletedProcess."""
+    """Run `python -m devicekit preflight ARGS` in `cwd` as a new process; the
+    CompletedProcess."""
     return subprocess.run(
         [sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
         cwd=cwd,
@@ -35,16 +57,23 @@ def preflight(*args, cwd=SCRIPTS, **env):
     )
 
 
+def preflight_here(*args, cwd=SCRIPTS, **env):
+    """The same command in this process, with the environment the process would get; the
+    same CompletedProcess (see the module's docstring)."""
+    return preflight_in_process(args, cwd, clean_environ(OMP_NUM_THREADS=1, **env))
+
+
 def marked(script, kind):
     """The line of `script` marked `# <kind>`."""
     lines = (SCRIPTS / script).read_text().splitlines()
     return next(number for number, text in enumerate(lines, 1) if f"# <{kind}>" in text)
 
 
-def report_of(tmp_path, *args, **env):
-    """(the JSON report, the CompletedProcess) of a preflight run with --json."""
+def report_of(tmp_path, *args, run=preflight_here, **env):
+    """(the JSON report, the CompletedProcess) of a preflight run with --json, in this
+    process unless `run` is `preflight`."""
     path = tmp_path / "report.json"
-    result = preflight("--json", path, *args, **env)
+    result = run("--json", path, *args, **env)
     return json.loads(path.read_text()), result
 
 
@@ -61,7 +90,9 @@ def one_line_error(result):
 
 @pytest.fixture(scope="module")
 def hazards(tmp_path_factory):
-    return report_of(tmp_path_factory.mktemp("hazards"), "hazards.py", "--flag", "value")
+    # A process: the proof that the command works as a program (its output through a pipe).
+    folder = tmp_path_factory.mktemp("hazards")
+    return report_of(folder, "hazards.py", "--flag", "value", run=preflight)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -211,28 +242,36 @@ def test_another_releases_list_is_used(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, says",
+    "args, says, run",
     [
-        (["missing.py"], "error: script 'missing.py' does not exist: check the path"),
-        (["--steps", "0", "hazards.py"], "error: --steps 0 must be at least 1"),
+        # A process: a usage mistake ends the real interpreter with one line and exit 2.
+        (["missing.py"], "error: script 'missing.py' does not exist: check the path", preflight),
+        (["--steps", "0", "hazards.py"], "error: --steps 0 must be at least 1", preflight_here),
         (
             [],
             "error: preflight needs a script: devicekit preflight [options] SCRIPT [ARGS...] "
             "(or -m MODULE [ARGS...])",
+            preflight_here,
         ),
         (
             ["--torch-npu", "2.1.0", "hazards.py"],
             "error: --torch-npu 2.1.0: devicekit ships the list of 2.13.0 only",
+            preflight_here,
         ),
-        (["--ops", "nowhere.yaml", "hazards.py"], "error: --ops 'nowhere.yaml' does not exist"),
+        (
+            ["--ops", "nowhere.yaml", "hazards.py"],
+            "error: --ops 'nowhere.yaml' does not exist",
+            preflight_here,
+        ),
         (
             ["--json", "no/such/dir/r.json", "hazards.py"],
             "error: --json 'no/such/dir/r.json': folder",
+            preflight_here,
         ),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, says):
-    line = one_line_error(preflight(*args))
+def test_bad_input_is_one_line_and_exit_2(args, says, run):
+    line = one_line_error(run(*args))
     assert line.startswith(says), line
 
 
@@ -349,19 +388,7 @@ def test_argparse_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, say
         ("examples/finetune_sampler.py", []),
         (
             "main.py",
-            [
-                "--dummy",
-                "-a",
-                "tinynet",
-                "--num-classes",
-                "10",
-                "--image-size",
-                "32",
-                "-b",
-                "8",
-                "-j",
-                "0",
-            ],
+            tiny_args(batch=8, epochs=None, steps=None, val_steps=None, print_freq=None),
         ),
     ],
 )
@@ -376,7 +403,9 @@ def test_on_the_npu_stand_in_every_read_back_to_the_host_is_seen(tmp_path):
     """On the CPU `.cpu()` is no copy at all; on a device named npu it is one."""
     on_cpu, _ = report_of(tmp_path, "on_device.py")
     assert by_kind(on_cpu, "host-sync") == []
-    report, result = report_of(tmp_path, "--npu-stand-in", "on_device.py")
+    # A process: DEVICEKIT_SIMULATE=npu is read as torch is imported, and the npu it
+    # registers would stay in this process.
+    report, result = report_of(tmp_path, "--npu-stand-in", "on_device.py", run=preflight)
     assert result.returncode == 0, result.stderr
     assert "trained on npu:0" in result.stdout
     (sync,) = by_kind(report, "host-sync")
@@ -388,7 +417,8 @@ def test_on_the_npu_stand_in_every_read_back_to_the_host_is_seen(tmp_path):
 
 
 def test_ctrl_c_stops_the_script_and_still_reports(tmp_path):
-    report, result = report_of(tmp_path, "interrupted.py")
+    # A process: the script sends itself a real SIGINT.
+    report, result = report_of(tmp_path, "interrupted.py", run=preflight)
     assert result.returncode == 130, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     assert report["steps"] == 3

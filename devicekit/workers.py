@@ -4,11 +4,12 @@ interpreter can deadlock a forked child.
 CPython 3.8 to 3.11 before their September 2024 releases (CPython issue gh-112275) may
 copy a lock of the interpreter into a forked child while another thread holds it; the
 child then waits for it forever, inside `os.fork()`, before running a line of Python. A
-rank of a distributed run is such a parent: the communication library's threads (gloo,
-NCCL, HCCL) take that lock each time they hand a collective's tensors back to Python, so a
-DataLoader forking its workers during training hangs now and then (Huawei's CANN
-troubleshooting guide lists it among the causes of stuck multi-card training). A
-forkserver is one process started fresh, with no such threads, that forks the workers.
+rank of a distributed run is such a parent: threads of torch's communication backends
+enter Python (gloo's, to let go of a collective's tensors) and take that lock as they do,
+so a DataLoader forking its workers during training hangs now and then (seen here with
+gloo; Huawei's CANN troubleshooting guide lists the bug among the causes of stuck
+multi-card training). A forkserver is one process started fresh, with no such threads,
+that forks the workers.
 """
 
 import multiprocessing

@@ -7,26 +7,19 @@ replaced by a recorder. What it prints on stderr and the code it exits with are 
 import contextlib
 import io
 import os
-import sys
 import warnings
 from unittest import mock
 
 import torch  # before main: importing devicekit first sets TORCH_DEVICE_BACKEND_AUTOLOAD
 
 import main as main_module
-from devicekit import runtime
 from invariant import working_directory
+from support.new_process import devicekit_started_with, print_warning
 from support.runs import tiny_args
 
 # The arguments of a cheap run for the refusal tests to add to (not support.runs.TINY, the
 # training run): every valid part of a command line is cheap (add --dummy or a data folder).
 REFUSAL_RUN = tiny_args(dummy=False, batch=8, epochs=1, steps=2, val_steps=1, print_freq=1)
-
-
-def _print_warning(message, category, filename, lineno, file=None, line=None):
-    """What Python does with a warning when nothing captures it: print it on sys.stderr, the
-    one in effect now (so that a redirected stderr gets it, as a process's stderr would)."""
-    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def run_main_until_launch(argv, folder, env=None):
@@ -43,16 +36,11 @@ def run_main_until_launch(argv, folder, env=None):
     with contextlib.ExitStack() as stack:
         stack.enter_context(working_directory(folder))
         stack.enter_context(mock.patch.dict(os.environ, env or {}))
-        started_with = dict(os.environ)
-        stack.enter_context(
-            mock.patch.object(runtime, "_initial_environ", lambda: dict(started_with))
-        )
-        stack.callback(runtime.adopt, None, None)
-        runtime.adopt(None, None)
+        stack.enter_context(devicekit_started_with(dict(os.environ)))
         launch = stack.enter_context(mock.patch.object(main_module.devicekit, "launch"))
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("default")
-        warnings.showwarning = _print_warning
+        warnings.showwarning = print_warning
         stack.enter_context(contextlib.redirect_stderr(stderr))
         try:
             code = main_module.main(argv)

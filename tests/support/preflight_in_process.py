@@ -37,9 +37,10 @@ import numpy as np
 import torch  # before devicekit: see conftest
 
 import devicekit.__main__ as devicekit_command
-from devicekit import distributed, runtime
+from devicekit import distributed
 from devicekit.preflight import recording
 from invariant import working_directory
+from support.new_process import devicekit_started_with, print_warning
 
 # A new interpreter's warning filters (`python -c "import warnings; print(warnings.filters)"`
 # with no -W option and no PYTHONWARNINGS), first filter first.
@@ -52,12 +53,6 @@ _NEW_PROCESS_FILTERS = (
 )
 
 
-def _print_warning(message, category, filename, lineno, file=None, line=None):
-    """What Python does with a warning when nothing captures it: print it on sys.stderr, the
-    one in effect now (so that the captured stderr gets it, as a process's stderr would)."""
-    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
-
-
 @contextlib.contextmanager
 def _new_process_warnings():
     """Python's warnings as a new interpreter has them, until the block ends."""
@@ -68,7 +63,7 @@ def _new_process_warnings():
                 warnings.simplefilter(action, category)
             else:
                 warnings.filterwarnings(action, category=category, module=module)
-        warnings.showwarning = _print_warning
+        warnings.showwarning = print_warning
         yield
 
 
@@ -153,10 +148,8 @@ def preflight_in_process(args, cwd, env):
     with contextlib.ExitStack() as stack:
         stack.enter_context(working_directory(cwd))
         stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
-        stack.enter_context(mock.patch.object(runtime, "_initial_environ", lambda: dict(env)))
-        stack.callback(runtime.adopt, None, None)
+        stack.enter_context(devicekit_started_with(env))
         stack.callback(distributed.destroy_process_group)
-        runtime.adopt(None, None)
         # The frames below the command (this module, the test, pytest) are not the user's
         # script, as a process has no frames below it: none is recorded, scanned or shown.
         stack.enter_context(

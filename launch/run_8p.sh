@@ -21,7 +21,7 @@
 # stopped and the script exits with its exit code; SIGINT, SIGTERM or SIGHUP stop every
 # rank and exit 128 + the signal's number, at any moment, also when this script was started
 # in the background of another one (which starts it with SIGINT ignored); a SIGHUP ignored
-# on entry (nohup) stays ignored.
+# on entry (nohup) stays ignored. However the script ends, even SIGKILLed, its ranks end too.
 set -euo pipefail
 
 # Signals come first, before any other command runs. Bash can neither trap nor reset a
@@ -57,19 +57,24 @@ declare -A RANK_OF=()
 signal_rank() { kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null || true; }
 
 stop_all() {
-    local pid pids
+    local pid pids deadline
     # Every rank, also one started a moment ago whose pid is not in RANK_OF yet.
     mapfile -t pids < <(jobs -p)
     pids+=("${!RANK_OF[@]}")
     for pid in "${pids[@]}"; do signal_rank TERM "$pid"; done
+    # A rank still there 10 s later is killed: one that ignores SIGTERM, or one that was
+    # between bash's fork and its exec when SIGTERM came (bash drops it there).
+    deadline=$(( SECONDS + 10 ))
     for pid in "${pids[@]}"; do
-        # A rank that ignores SIGTERM for 10 s is killed.
-        timeout 10 tail --pid="$pid" -f /dev/null 2>/dev/null || signal_rank KILL "$pid"
+        (( SECONDS < deadline )) && timeout "$(( deadline - SECONDS ))" tail --pid="$pid" -f /dev/null 2>/dev/null \
+            || signal_rank KILL "$pid"
     done
 }
 for signal in INT:130 TERM:143 HUP:129; do
+    # One stop: a signal that comes while the ranks are being stopped is taken and does
+    # nothing (`:`, not '': the commands stop_all starts keep the default action).
     # shellcheck disable=SC2064  # the code is fixed now, per signal
-    trap "stop_all; echo 'run_8p: ${signal%%:*} received: stopped every rank' >&2; exit ${signal#*:}" "${signal%%:*}"
+    trap "trap : INT TERM HUP; stop_all; echo 'run_8p: ${signal%%:*} received: stopped every rank' >&2; exit ${signal#*:}" "${signal%%:*}"
 done
 
 # Sets REPLY to the line "$@" prints; returns its exit status. Not REPLY=$("$@"): bash drops
@@ -133,7 +138,11 @@ if (( $# == 0 )) && [[ $SCRIPT -ef $REPO/main.py ]]; then
 fi
 
 mkdir -p "$LOG_DIR"
-# A rank that imports devicekit dies with this script, even when it is SIGKILLed.
+# Every rank dies with this script, however the script ends (SIGKILL included, which no
+# trap sees): the kernel kills it (util-linux's setpriv, 2.33 or newer). Without that
+# setpriv, a rank that imports devicekit still asks the kernel itself.
+DIE_WITH_SCRIPT=()
+if setpriv --pdeathsig KILL true 2>/dev/null; then DIE_WITH_SCRIPT=(setpriv --pdeathsig KILL); fi
 export MASTER_ADDR MASTER_PORT NODE_RANK DEVICEKIT_LAUNCHER_PID=$$
 export WORLD_SIZE=$(( NNODES * NPROC_PER_NODE )) LOCAL_WORLD_SIZE=$NPROC_PER_NODE
 if [[ ${BIND_CORES:-0} == 1 ]]; then
@@ -162,9 +171,9 @@ start_ranks() {
         log="$LOG_DIR/rank_$i.log"
         # setsid: each rank leads its own process group, so stopping it stops its loader workers.
         if (( i == 0 )); then
-            LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > >(tee -a "$log") 2>&1 &
+            LOCAL_RANK=$i RANK=$rank "${DIE_WITH_SCRIPT[@]}" setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" > >(tee -a "$log") 2>&1 &
         else
-            LOCAL_RANK=$i RANK=$rank setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" >> "$log" 2>&1 &
+            LOCAL_RANK=$i RANK=$rank "${DIE_WITH_SCRIPT[@]}" setsid "${bind[@]}" "$PYTHON" "$SCRIPT" "$@" >> "$log" 2>&1 &
         fi
         RANK_OF[$!]=$i
     done

@@ -788,18 +788,42 @@ def test_run_8p_stops_on_sigint_at_any_moment(moment, tmp_path):
         assert not ranks_up, f"ranks {ranks_up} started after the signal\n{result}"
 
 
-@time_limit(180)
+@time_limit(90)
 def test_ranks_die_with_run_8p_even_when_it_is_sigkilled(tmp_path):
-    """SIGKILL cannot be trapped, so the script cannot stop its ranks: they go by themselves
-    (devicekit asks the kernel to kill a rank whose run_8p.sh has died)."""
+    """SIGKILL cannot be trapped, so the script cannot stop its ranks: the kernel does
+    (setpriv --pdeathsig), also for a script that does not import devicekit."""
+    argv, extra, logs = idle_run_8p(tmp_path)
     with Tracked(tmp_path) as run:
-        args = [*TRAIN_ARGS, "--output-dir", tmp_path / "out"]
-        proc = start_main(run, "run", "run_8p", args, tmp_path)
-        training_under_way(run, proc)
+        proc = run.start("run", argv, run.env(**extra))
+        every_rank_up(run, proc, lambda i: "up" in _text_of(logs / f"rank_{i}.log"))
         proc.kill()
         run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
     assert gone_s < 10, f"ranks outlived the SIGKILLed run_8p.sh by {gone_s:.1f} s"
+
+
+@time_limit(90)
+def test_a_rank_that_imports_devicekit_dies_with_its_sigkilled_launcher(tmp_path):
+    """Where setpriv is too old for --pdeathsig (util-linux before 2.33), a rank that imports
+    devicekit asks the kernel itself to die with the script whose pid DEVICEKIT_LAUNCHER_PID
+    names: here a shell loop of one rank, SIGKILLed."""
+    rank = (
+        f"{shlex.quote(PY)} -c 'import time, devicekit; print(\"up\", flush=True); time.sleep(300)'"
+    )
+    with Tracked(tmp_path) as run:
+        proc = run.start(
+            "run", ["bash", "-c", f"export DEVICEKIT_LAUNCHER_PID=$$; {rank} & wait"], run.env()
+        )
+        poll_until(
+            lambda: "up" in run.read("run").stdout or proc.poll() is not None,
+            START_TIMEOUT_S,
+            "the rank up",
+            lambda: str(run.read("run")),
+        )
+        proc.kill()
+        run.wait("run", 30)
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    assert gone_s < 10, f"the rank outlived its SIGKILLed launcher by {gone_s:.1f} s"
 
 
 # -- 8. every wait in setup is bounded -----------------------------------------------------------

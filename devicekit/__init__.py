@@ -92,6 +92,7 @@ from devicekit.processes import (
 )
 from devicekit.profiler import profile
 from devicekit.seeding import seed_everything
+from devicekit.sharding import shard
 from devicekit.simulate import activate_from_environment
 from devicekit.workers import worker_context
 
@@ -161,6 +162,7 @@ __all__ = [
     "save_checkpoint",
     "seed_everything",
     "set_device",
+    "shard",
     "synchronize",
     "unwrap",
     "warn",

@@ -18,11 +18,23 @@ from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO, TypeVar
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from devicekit import runtime
 from devicekit.accelerator import device as runtime_device
 from devicekit.ddp import unwrap
 from devicekit.errors import UsageError
+from devicekit.sharded_checkpoint import (
+    METADATA,
+    full_weights,
+    holds_sharded,
+    load_full_into_sharded,
+    load_full_optimizer_into_sharded,
+    load_sharded,
+    save_sharded,
+    sharded_owner,
+)
+from devicekit.sharding import is_sharded
 
 PREFIX = "module."
 
@@ -61,8 +73,20 @@ def save_checkpoint(path: str | os.PathLike[str], obj: Any) -> None:
     device; optimizers, schedulers and scalers are saved as their state_dict. Safe to call
     on every rank or only on rank 0; to read it back on other ranks, call
     devicekit.barrier() first.
+
+    With a model from `devicekit.shard()`, every rank must call it. The model alone is
+    written as one file of its full weights, which plain torch.load + load_state_dict
+    read without devicekit. A dict holding it is written as a folder, each rank its own
+    shards; load that with `load_checkpoint(path, into=...)`, at any world size and on
+    any device kind.
     """
-    if runtime.context().rank == 0:
+    if isinstance(obj, torch.nn.Module) and is_sharded(obj):
+        weights = full_weights(obj)  # every rank takes part in gathering the shards
+        if runtime.context().rank == 0:
+            save_atomic(weights, os.fspath(path))
+    elif holds_sharded(obj):
+        save_sharded(os.fspath(path), obj)
+    elif runtime.context().rank == 0:
         save_atomic(portable(obj), os.fspath(path))
 
 
@@ -83,16 +107,74 @@ def on_cpu(obj: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
 
 
 def load_checkpoint(
-    path: str | os.PathLike[str], map_location: str | torch.device | None = None
+    path: str | os.PathLike[str],
+    map_location: str | torch.device | None = None,
+    *,
+    into: Mapping[str, Any] | None = None,
 ) -> Any:
     """Load a checkpoint with weights_only=True (a file that would run code is refused)
     onto `map_location` (default: this rank's device), with `module.` prefixes stripped.
-    A missing, truncated or unsafe file raises UsageError saying which and why."""
-    location = runtime_device() if map_location is None else map_location
-    return portable(load(os.fspath(path), "checkpoint", map_location=location))
+    A missing, truncated or unsafe file raises UsageError saying which and why.
+
+    With `into` (the dict that was saved, e.g. {"model": model, "optimizer": opt}), the
+    checkpoint's entries are loaded in place into the modules, optimizers, schedulers and
+    scalers there, and the other, plain values are returned: one resume code for a sharded
+    checkpoint folder (every rank calls it) and a file.
+    """
+    path = os.fspath(path)
+    if into is None:
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, METADATA)):
+            raise UsageError(
+                f"checkpoint {path!r} is a sharded checkpoint folder: load it into your "
+                "objects with load_checkpoint(path, into={'model': model, ...})"
+            )
+        location = runtime_device() if map_location is None else map_location
+        return portable(load(path, "checkpoint", map_location=location))
+    if os.path.isdir(path) or not os.path.exists(path):
+        values = load_sharded(path, into)
+    else:
+        values = _load_file_into(path, into)
+    for key, target in into.items():  # schedulers, GradScalers: saved as their state_dict
+        restorable = callable(getattr(target, "load_state_dict", None))
+        if restorable and not isinstance(target, (torch.nn.Module, torch.optim.Optimizer)):
+            if key not in values:
+                raise UsageError(
+                    f"checkpoint {path!r} has no {key!r} entry: it was saved without it"
+                )
+            target.load_state_dict(values.pop(key))
+    return values
 
 
-def _fsync_dir(path: str) -> None:
+def _load_file_into(path: str, into: Mapping[str, Any]) -> dict[str, Any]:
+    """A single-file checkpoint loaded into the modules and optimizers of `into`."""
+    saved = load(path, "checkpoint", map_location="cpu")
+    if not isinstance(saved, dict):
+        raise UsageError(
+            f"checkpoint {path!r} holds a {type(saved).__name__}, not a dict of entries: "
+            "load it without into="
+        )
+    values = dict(saved)
+    modules = {key: target for key, target in into.items() if isinstance(target, torch.nn.Module)}
+    for key, target in into.items():
+        if not isinstance(target, (torch.nn.Module, torch.optim.Optimizer)):
+            continue
+        if key not in saved:
+            raise UsageError(f"checkpoint {path!r} has no {key!r} entry: it was saved without it")
+        state = values.pop(key)
+        if isinstance(target, torch.nn.Module) and is_sharded(target):
+            check_state_dict(unwrap(target), state, f"checkpoint {path!r}")
+            load_full_into_sharded(target, strip_prefix(state))
+        elif isinstance(target, torch.nn.Module):
+            load_state_dict_into(unwrap(target), state, f"checkpoint {path!r}")
+        elif (owner := sharded_owner(target, modules.values())) is not None:
+            load_full_optimizer_into_sharded(owner, target, state)
+        else:
+            target.load_state_dict(state)
+    return values
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename in the folder `path` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -129,7 +211,7 @@ def _write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     # Temporary files of writers that were killed mid-write are garbage now.
     for name in os.listdir(directory):
         if name.startswith(prefix) and name.endswith(".tmp"):
@@ -230,6 +312,19 @@ def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str
             f"{type(state_dict[strange]).__name__}, not a tensor; pass a model's "
             "weights"
         )
+    check_state_dict(model, state_dict, source)
+    try:
+        model.load_state_dict(strip_prefix(state_dict))
+    except RuntimeError as error:  # e.g. a sparse, complex or meta tensor in a weight's place
+        reason = str(error).strip().splitlines()[-1].strip()[:120]
+        raise UsageError(
+            f"{source} holds tensors this model cannot take ({reason}): pass a model's weights"
+        ) from None
+
+
+def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, Any], source: str) -> None:
+    """Refuse a state_dict whose names or shapes differ from `model`'s (a sharded model's
+    shapes are its full ones), naming the first of each kind."""
     state_dict = strip_prefix(state_dict)
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
@@ -252,20 +347,16 @@ def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str
             f"{source} does not fit this model: {', '.join(details)}; check --arch "
             "and --num-classes"
         )
-    try:
-        model.load_state_dict(state_dict)
-    except RuntimeError as error:  # e.g. a sparse, complex or meta tensor in a weight's place
-        reason = str(error).strip().splitlines()[-1].strip()[:120]
-        raise UsageError(
-            f"{source} holds tensors this model cannot take ({reason}): pass a model's weights"
-        ) from None
 
 
 def fingerprint(model: torch.nn.Module) -> str:
     """A short hash of a model's parameters and buffers (wrappers and `module.` ignored):
-    equal on every rank of a healthy data-parallel run, so one line per rank shows it."""
+    equal on every rank of a healthy data-parallel run, so one line per rank shows it. Of
+    a sharded model, the full weights' hash (every rank must call it)."""
     digest = hashlib.sha256()
     for key, tensor in unwrap(model).state_dict().items():
+        if isinstance(tensor, DTensor):  # a sharded model's: every rank gathers it
+            tensor = tensor.full_tensor()
         digest.update(key.encode())
         digest.update(
             tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()

@@ -2,13 +2,16 @@
 training loop needs whether or not its model is wrapped."""
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from devicekit import runtime
 from devicekit.errors import UsageError
+from devicekit.sharding import is_sharded
 
 
 def broadcast_buffers(module: torch.nn.Module, src: int = 0) -> None:
@@ -41,6 +44,11 @@ def wrap_ddp(
         raise UsageError(
             "wrap_ddp() needs the process group: call devicekit.init_distributed() first"
         )
+    if is_sharded(model):
+        raise UsageError(
+            "wrap_ddp() got a model sharded by devicekit.shard(): a sharded model already "
+            "synchronises its gradients; use one of the two, not both"
+        )
     kind, ctx = runtime.kind(), runtime.context()
     ddp_kwargs.setdefault("gradient_as_bucket_view", True)
     if _DDP_ACCEPTS_FORWARD_SYNC and "broadcast_buffers" in ddp_kwargs:
@@ -65,10 +73,23 @@ def no_sync(
     model: torch.nn.Module, enabled: bool = True
 ) -> contextlib.AbstractContextManager[None]:
     """A context in which `model`'s backward passes skip the gradient all-reduce (gradient
-    accumulation): DDP's `no_sync()` when `enabled` and the model has one, else nothing."""
+    accumulation): DDP's `no_sync()` when `enabled` and the model has one; for a sharded
+    model, no reduce-scatter (its gradients accumulate unsharded until the last
+    micro-step); else nothing."""
+    if enabled and isinstance(model, FSDPModule):
+        return _without_gradient_sync(model)
     if enabled:
         inner = getattr(model, "no_sync", None)
         if inner is not None:
             context: contextlib.AbstractContextManager[None] = inner()
             return context
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _without_gradient_sync(model: FSDPModule) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)

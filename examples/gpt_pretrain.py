@@ -4,7 +4,10 @@ Warmup + cosine learning rate, gradient accumulation (no all-reduce until the la
 micro-step), gradient clipping, mixed precision where the device gains from it (fp16 with
 loss scaling on GPUs, bf16 on CPUs that have it natively), and a checkpoint every
 --save-every iterations that --resume continues from. Runs plainly, under torchrun, a
-shell loop or a scheduler, on GPU, NPU or CPU.
+shell loop or a scheduler, on GPU, NPU or CPU. `--strategy shard` splits the parameters,
+gradients and optimizer state across the ranks (devicekit.shard) instead of copying them
+to each (DDP); its checkpoint resumes on any number of ranks when --batch-size times the
+ranks stays the same.
 """
 
 # devicekit before torch: it turns torch's backend autoload off, so that an Ascend machine
@@ -85,6 +88,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--no-amp", action="store_true")
+    parser.add_argument("--strategy", choices=["ddp", "shard"], default="ddp")
+    parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--save-every", type=int, default=20)
     parser.add_argument("--out", default="gpt_ckpt.pt")
     # torch.distributed.launch appends --local-rank=N (devicekit reads LOCAL_RANK itself).
@@ -101,17 +106,17 @@ def train(local_rank, args):
     torch.manual_seed(1337)
     amp = devicekit.amp_enabled() and not args.no_amp
 
-    model = TinyGPT().to(device)
+    model = TinyGPT()
+    if args.strategy == "shard":
+        model = devicekit.shard(model, mixed_precision=None if amp else False)
+    else:
+        model = devicekit.wrap_ddp(model.to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     scaler = devicekit.GradScaler(enabled=amp)
+    state = {"model": model, "optimizer": optimizer, "scaler": scaler}
     start = 0
     if args.resume and os.path.exists(args.out):
-        checkpoint = devicekit.load_checkpoint(args.out)
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scaler.load_state_dict(checkpoint["scaler"])
-        start = checkpoint["iter"]
-    model = devicekit.wrap_ddp(model)
+        start = devicekit.load_checkpoint(args.out, into=state)["iter"]
 
     data = corpus()
     for it in range(start, args.iters):
@@ -129,12 +134,12 @@ def train(local_rank, args):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        if rank == 0 and it % 10 == 0:
-            print(f"iter {it} loss {loss.item() * args.accum:.4f} lr {get_lr(it, args):.2e}")
+        if it % args.log_every == 0:
+            total = devicekit.all_reduce_sum(loss.detach().float() * args.accum)
+            if rank == 0:
+                print(f"iter {it} loss {total.item() / world_size:.6f} lr {get_lr(it, args):.2e}")
         if (it + 1) % args.save_every == 0:
-            devicekit.save_checkpoint(
-                args.out, {"model": model, "optimizer": optimizer, "scaler": scaler, "iter": it + 1}
-            )
+            devicekit.save_checkpoint(args.out, {**state, "iter": it + 1})
     print(f"rank {rank}/{world_size} done: weights {devicekit.fingerprint(model)}")
     devicekit.destroy_process_group()
 

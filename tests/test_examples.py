@@ -12,6 +12,7 @@ wait; tests/support/launchers.py builds every launcher's command line.
 """
 
 import re
+import sys
 
 import pytest
 import torch
@@ -35,6 +36,8 @@ EXAMPLES = {
         "{batch}",
         "--save-every",
         "4",
+        "--log-every",
+        "1",
         "--no-amp",
         "--out",
         "{out}",
@@ -44,7 +47,7 @@ EXAMPLES = {
 GLOBAL_BATCH = {
     "spawn_config": 16,
     "launch_local_rank": 32,
-    "gpt_pretrain": 8,
+    "gpt_pretrain": 12,  # 2 and 3 ranks split it evenly (the sharded run resumes on 3)
     "finetune_sampler": 32,
 }
 # Without batch norm, in fp32, the data-parallel sum is the single-process one, up to the
@@ -58,6 +61,8 @@ EQUIVALENT = {
 }
 LAUNCHERS = ["python", "torchrun", "launch", "run_8p", "ascend"]
 DONE = re.compile(r"^rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
+LOSS = re.compile(r"^iter (\d+) loss (\d+\.\d+)", re.M)
+LOGGED = {}
 
 
 def start_example(procs, launcher, name, args, nproc, tmp_path, **extra):
@@ -73,7 +78,8 @@ def done_lines(results, tmp_path, launcher):
 
 
 def run_example(name, launcher, nproc, tmp_path, batch=None):
-    """Run example `name` to its end; return (its checkpoint, {rank: (world, weights)})."""
+    """Run example `name` to its end; return (its checkpoint, {rank: (world, weights)}), and
+    keep what it printed in LOGGED[(name, launcher, nproc)]."""
     batch = GLOBAL_BATCH[name] // nproc if batch is None else batch
     out = tmp_path / f"{name}.pt"
     args = [a.format(batch=batch, out=out) for a in EXAMPLES[name]]
@@ -82,6 +88,7 @@ def run_example(name, launcher, nproc, tmp_path, batch=None):
         results = procs.finish_all(started, RUN_TIMEOUT_S)
     assert all(r.returncode == 0 for r in results), describe(results)
     ranks = done_lines(results, tmp_path, launcher)
+    LOGGED[name, launcher, nproc] = output_text(results, tmp_path, launcher)
     assert sorted(ranks) == list(range(nproc)), describe(results)
     assert {world for world, _ in ranks.values()} == {nproc}, ranks
     assert len({weights for _, weights in ranks.values()}) == 1, (
@@ -157,7 +164,7 @@ def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path, planned_runs):
     straight, _ = planned_runs(*planned("gpt_pretrain", 2))
     out = tmp_path / "resumed" / "gpt_pretrain.pt"
     out.parent.mkdir()
-    common = ["--batch-size", "4", "--save-every", "4", "--no-amp", "--out", str(out)]
+    common = ["--batch-size", "6", "--save-every", "4", "--no-amp", "--out", str(out)]
     with Processes(tmp_path / "resumed" / "processes") as procs:
         first = start_example(
             procs, "python", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path
@@ -172,3 +179,64 @@ def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path, planned_runs):
     assert resumed["iter"] == 8
     for key, value in straight["model"].items():
         torch.testing.assert_close(resumed["model"][key], value, rtol=0, atol=0)
+
+
+def losses(text):
+    return {int(it): float(loss) for it, loss in LOSS.findall(text)}
+
+
+def test_sharded_gpt_follows_ddp_and_resumes_on_three_ranks_then_one(tmp_path, planned_runs):
+    """--strategy shard (devicekit.shard, fp32) on 2 ranks has DDP's losses (the plan's
+    2-rank run, same global batch); its checkpoint folder, saved at iteration 4, resumes
+    under torchrun on 3 ranks with DDP's losses for the last 4, and loads into a plain model
+    in this one process with DDP's final weights."""
+    import devicekit
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        from gpt_pretrain import TinyGPT
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    key = planned("gpt_pretrain", 2)
+    ddp, _ = planned_runs(*key)
+    reference = losses(LOGGED[key])
+    out = tmp_path / "sharded"
+    common = ["--strategy", "shard", "--save-every", "4", "--log-every", "1", "--no-amp"]
+    with Processes(tmp_path / "processes") as procs:
+        first = start_example(
+            procs,
+            "python",
+            "gpt_pretrain",
+            [*common, "--iters", "4", "--batch-size", "6", "--out", out],
+            2,
+            tmp_path,
+        )
+        results = procs.finish_all(first, RUN_TIMEOUT_S)
+        assert all(r.returncode == 0 for r in results), describe(results)
+        sharded = losses(output_text(results, tmp_path, "python"))
+        assert sorted(p.name for p in out.iterdir())[:1] == [".metadata"], list(out.iterdir())
+        second = start_example(
+            procs,
+            "torchrun",
+            "gpt_pretrain",
+            [*common, "--iters", "8", "--batch-size", "4", "--out", out, "--resume"],
+            3,
+            tmp_path,
+        )
+        results = procs.finish_all(second, RUN_TIMEOUT_S)
+    assert all(r.returncode == 0 for r in results), describe(results)
+    text = output_text(results, tmp_path, "torchrun")
+    resumed = losses(text)
+    assert sorted(sharded) == [0, 1, 2, 3] and sorted(resumed) == [4, 5, 6, 7], text
+    for it, loss in {**sharded, **resumed}.items():
+        assert loss == pytest.approx(reference[it], rel=1e-4), (it, sharded, resumed, reference)
+    ranks = {int(m.group(1)): m.group(3) for m in DONE.finditer(text)}
+    assert sorted(ranks) == [0, 1, 2] and len(set(ranks.values())) == 1, text
+    assert not list(tmp_path.glob("sharded.*")), "a save left its partial or previous folder"
+
+    model = TinyGPT()
+    values = devicekit.load_checkpoint(out, into={"model": model})
+    assert values["iter"] == 8, values
+    rtol, atol = EQUIVALENT["gpt_pretrain"]
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, ddp["model"][name], rtol=rtol, atol=atol)

@@ -197,6 +197,11 @@ class DeviceKind(abc.ABC):
         """Whether bfloat16 tensors and autocast work here (torch's CPU kernels have them)."""
         return True
 
+    def computes_bf16_natively(self) -> bool:
+        """Whether bfloat16 is a fast precision here, not only a working one: what `shard()`
+        keeps its parameters in when not told (an accelerator with bf16 says yes)."""
+        return self.is_accelerator and self.is_bf16_supported()
+
     # -- profiling ------------------------------------------------------------------
     profiler_activities: tuple[str, ...] = ("CPU",)  # torch.profiler.ProfilerActivity's
 

@@ -32,6 +32,9 @@ class CpuKind(DeviceKind):
         # oneDNN emulates it; oneDNN's own check says yes to both.
         return computes_bf16_natively()
 
+    def computes_bf16_natively(self) -> bool:
+        return computes_bf16_natively()
+
     def prefers_channels_last(self, amp: bool) -> bool:
         # Measured: channels_last helps oneDNN's bf16 convolutions, not fp32 ones.
         return amp

@@ -1,0 +1,253 @@
+"""devicekit.shard (FSDP2) and the checkpoint folders of sharded models: which modules are
+sharded on their own, mistakes refused with one line, and a folder read back safely (a
+missing file or a hostile `.metadata` named, never run). The multi-rank runs (sharded
+follows DDP, resume on 3 ranks and in one process) are in test_examples.py with the GPT
+example; this file runs one process.
+"""
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+import devicekit
+from devicekit.sharding import block_modules
+from support.launchers import child_env
+from support.paths import REPO
+
+TIMEOUT_S = 120
+
+
+class Block(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+class Net(nn.Module):
+    def __init__(self, dim=8, layers=3):
+        super().__init__()
+        self.embed = nn.Linear(4, dim)
+        self.layers = nn.ModuleList(Block(dim) for _ in range(layers))
+        self.head = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_the_blocks_are_the_outermost_stack_of_one_class():
+    net = Net()
+    assert block_modules(net) == list(net.layers)  # not the Linear inside each block's mlp
+    stage = nn.Sequential(Block(), Block())
+    assert block_modules(nn.Sequential(nn.Linear(8, 8), stage)) == list(stage)
+
+
+def test_a_stack_of_mixed_layers_has_no_blocks_but_named_classes_do():
+    mixed = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    assert block_modules(mixed) == []
+    assert block_modules(mixed, ["Linear"]) == [mixed[0], mixed[2]]
+    assert block_modules(mixed, [nn.ReLU]) == [mixed[1]]
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda: devicekit.shard("model"), "takes a torch.nn.Module, not a str"),
+        (lambda: devicekit.shard(nn.DataParallel(Net())), "already wrapped in DataParallel"),
+        (lambda: devicekit.shard(Net(), blocks=["Conv2d"]), "blocks: 'Conv2d' is not a module"),
+        (
+            lambda: devicekit.shard(Net(), activation_checkpointing=["Attention"]),
+            "activation_checkpointing: 'Attention' is not a module class of this model",
+        ),
+        (
+            lambda: devicekit.shard(nn.Linear(4, 4), activation_checkpointing=True),
+            "no repeated blocks to recompute",
+        ),
+        (lambda: devicekit.shard(Net(), mixed_precision="bf16"), "must be True, False or None"),
+    ],
+)
+def test_mistakes_are_refused_before_anything_starts(call, words):
+    with pytest.raises(devicekit.UsageError, match=words):
+        call()
+
+
+def run_python(tmp_path, code, **env):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    environ = {**child_env(), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**environ, **{key: str(value) for key, value in env.items()}},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def test_shard_before_init_distributed_in_a_world_of_two_is_one_line(tmp_path):
+    result = run_python(
+        tmp_path,
+        "import devicekit, torch\ndevicekit.shard(torch.nn.Linear(2, 2))\n",
+        RANK=0,
+        WORLD_SIZE=2,
+        LOCAL_RANK=0,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=29999,
+    )
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines() == [
+        "error: shard() needs the process group of this run's 2 ranks: call "
+        "devicekit.init_distributed() first"
+    ], result.stderr
+
+
+# One process (a group of one, joined by shard() itself): recomputed blocks give the
+# unsharded model's gradients; a second shard() and wrap_ddp() on the result are refused;
+# a checkpoint folder, and the full weights as one plain file.
+_ONE_PROCESS = """
+    import torch
+
+    import devicekit
+    from test_sharding import Net
+
+    torch.manual_seed(0)
+    plain, x = Net(), torch.randn(5, 4)
+    model = Net()
+    model.load_state_dict(plain.state_dict())
+    model = devicekit.shard(model, mixed_precision=False, activation_checkpointing=True)
+    plain(x).square().sum().backward()
+    model(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad.full_tensor(), q.grad, msg=name)
+    for again in (devicekit.shard, devicekit.wrap_ddp):
+        try:
+            again(model)
+        except devicekit.UsageError as error:
+            print("refused:", error)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    optimizer.step()
+    devicekit.save_checkpoint("ckpt", {"model": model, "optimizer": optimizer, "step": 7})
+    devicekit.save_checkpoint("weights.pt", model)
+    print("fingerprint", devicekit.fingerprint(model))
+
+    # A sharded checkpoint resumes a DDP run, whose file resumes a sharded run.
+    ddp = devicekit.wrap_ddp(Net())
+    ddp_optimizer = torch.optim.AdamW(ddp.parameters(), lr=0.1)
+    devicekit.load_checkpoint("ckpt", into={"model": ddp, "optimizer": ddp_optimizer})
+    print("ddp from folder", devicekit.fingerprint(ddp))
+    devicekit.save_checkpoint("ddp.pt", {"model": ddp, "optimizer": ddp_optimizer, "step": 8})
+    again = devicekit.shard(Net(), mixed_precision=False)
+    again_optimizer = torch.optim.AdamW(again.parameters(), lr=0.1)
+    into = {"model": again, "optimizer": again_optimizer}
+    values = devicekit.load_checkpoint("ddp.pt", into=into)
+    print("sharded from file", devicekit.fingerprint(again), values)
+    for p, q in zip(again.parameters(), ddp.parameters()):
+        for name in ("exp_avg", "exp_avg_sq"):
+            ours = again_optimizer.state[p][name].full_tensor()
+            torch.testing.assert_close(ours, ddp_optimizer.state[q][name], rtol=0, atol=0)
+"""
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """(the folder the one-process run wrote in, what it printed)."""
+    folder = tmp_path_factory.mktemp("one_process")
+    result = run_python(folder, _ONE_PROCESS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder, result.stdout
+
+
+def test_recomputed_blocks_give_the_plain_gradients_and_wrapping_twice_is_refused(one_process):
+    _, printed = one_process
+    assert "refused: shard() got a model that is already sharded" in printed, printed
+    assert "refused: wrap_ddp() got a model sharded by devicekit.shard()" in printed, printed
+
+
+def test_checkpoints_move_between_ddp_and_sharded_runs(one_process):
+    """The folder a sharded run saved resumes a DDP run (its weights and AdamW moments), and
+    that run's single file resumes a sharded one."""
+    _, printed = one_process
+    fingerprint = printed.split("fingerprint ", 1)[1].split()[0]
+    assert f"ddp from folder {fingerprint}" in printed, printed
+    assert f"sharded from file {fingerprint} {{'step': 8}}" in printed, printed
+
+
+def test_the_full_weights_file_loads_with_plain_torch(one_process):
+    folder, printed = one_process
+    model = Net()
+    model.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
+    assert f"fingerprint {devicekit.fingerprint(model)}" in printed, printed
+
+
+def test_a_folder_loads_into_a_plain_model_and_returns_its_values(one_process):
+    folder, printed = one_process
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    values = devicekit.load_checkpoint(
+        folder / "ckpt", into={"model": model, "optimizer": optimizer}
+    )
+    assert values == {"step": 7}
+    assert f"fingerprint {devicekit.fingerprint(model)}" in printed, printed
+    assert len(optimizer.state) == len(list(model.parameters()))
+    with pytest.raises(devicekit.UsageError, match=r"sharded checkpoint folder: load it into"):
+        devicekit.load_checkpoint(folder / "ckpt")
+
+
+@pytest.fixture
+def copy(one_process, tmp_path):
+    folder, _ = one_process
+    shutil.copytree(folder / "ckpt", tmp_path / "ckpt")
+    return tmp_path / "ckpt"
+
+
+def test_a_missing_shard_file_is_named(copy):
+    shard = next(p for p in copy.iterdir() if p.suffix == ".distcp")
+    shard.unlink()
+    with pytest.raises(devicekit.UsageError, match=rf"incomplete: {shard.name} is missing"):
+        devicekit.load_checkpoint(copy, into={"model": Net()})
+
+
+def test_a_missing_metadata_file_is_named(copy):
+    (copy / ".metadata").unlink()
+    with pytest.raises(devicekit.UsageError, match=r"incomplete: \.metadata is missing"):
+        devicekit.load_checkpoint(copy, into={"model": Net()})
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_a_metadata_file_that_would_run_code_is_refused_unrun(copy, tmp_path, monkeypatch):
+    (copy / ".metadata").write_bytes(pickle.dumps(_Exploit()))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(devicekit.UsageError, match=r"os\.system|posix\.system"):
+        devicekit.load_checkpoint(copy, into={"model": Net()})
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_model_of_another_shape_names_the_first_mismatch(copy):
+    with pytest.raises(devicekit.UsageError, match=r"'model\.embed\.weight' is \(8, 4\) there"):
+        devicekit.load_checkpoint(copy, into={"model": Net(dim=16)})
+    with pytest.raises(devicekit.UsageError, match=r"it has no 'model\.layers\.3\.norm\.weight'"):
+        devicekit.load_checkpoint(copy, into={"model": Net(layers=4)})
+
+
+def test_a_save_interrupted_between_its_renames_leaves_the_previous_one(copy, tmp_path):
+    copy.rename(tmp_path / "ckpt.previous")  # the old folder moved aside, the new not yet in
+    values = devicekit.load_checkpoint(tmp_path / "ckpt", into={"model": Net()})
+    assert values == {"step": 7}

@@ -14,27 +14,16 @@ import pickle
 import shutil
 import tempfile
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO, TypeVar
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from devicekit import runtime
 from devicekit.accelerator import device as runtime_device
 from devicekit.ddp import unwrap
 from devicekit.errors import UsageError
-from devicekit.sharded_checkpoint import (
-    METADATA,
-    full_weights,
-    holds_sharded,
-    load_full_into_sharded,
-    load_full_optimizer_into_sharded,
-    load_sharded,
-    save_sharded,
-    sharded_owner,
-)
-from devicekit.sharding import is_sharded
+from devicekit.sharding import holds_sharded, is_sharded
 
 PREFIX = "module."
 
@@ -81,10 +70,14 @@ def save_checkpoint(path: str | os.PathLike[str], obj: Any) -> None:
     any device kind.
     """
     if isinstance(obj, torch.nn.Module) and is_sharded(obj):
+        from devicekit.sharded_checkpoint import full_weights
+
         weights = full_weights(obj)  # every rank takes part in gathering the shards
         if runtime.context().rank == 0:
             save_atomic(weights, os.fspath(path))
     elif holds_sharded(obj):
+        from devicekit.sharded_checkpoint import save_sharded
+
         save_sharded(os.fspath(path), obj)
     elif runtime.context().rank == 0:
         save_atomic(portable(obj), os.fspath(path))
@@ -123,7 +116,7 @@ def load_checkpoint(
     """
     path = os.fspath(path)
     if into is None:
-        if os.path.isdir(path) and os.path.isfile(os.path.join(path, METADATA)):
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, ".metadata")):
             raise UsageError(
                 f"checkpoint {path!r} is a sharded checkpoint folder: load it into your "
                 "objects with load_checkpoint(path, into={'model': model, ...})"
@@ -131,6 +124,8 @@ def load_checkpoint(
         location = runtime_device() if map_location is None else map_location
         return portable(load(path, "checkpoint", map_location=location))
     if os.path.isdir(path) or not os.path.exists(path):
+        from devicekit.sharded_checkpoint import load_sharded
+
         values = load_sharded(path, into)
     else:
         values = _load_file_into(path, into)
@@ -161,12 +156,17 @@ def _load_file_into(path: str, into: Mapping[str, Any]) -> dict[str, Any]:
         if key not in saved:
             raise UsageError(f"checkpoint {path!r} has no {key!r} entry: it was saved without it")
         state = values.pop(key)
-        if isinstance(target, torch.nn.Module) and is_sharded(target):
+        owner = _sharded_owner(target, modules.values())
+        if isinstance(target, torch.nn.Module) and owner is not None:
+            from devicekit.sharded_checkpoint import load_full_into_sharded
+
             check_state_dict(unwrap(target), state, f"checkpoint {path!r}")
             load_full_into_sharded(target, strip_prefix(state))
         elif isinstance(target, torch.nn.Module):
             load_state_dict_into(unwrap(target), state, f"checkpoint {path!r}")
-        elif (owner := sharded_owner(target, modules.values())) is not None:
+        elif owner is not None:
+            from devicekit.sharded_checkpoint import load_full_optimizer_into_sharded
+
             load_full_optimizer_into_sharded(owner, target, state)
         else:
             target.load_state_dict(state)
@@ -322,6 +322,19 @@ def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str
         ) from None
 
 
+def _sharded_owner(
+    target: torch.nn.Module | torch.optim.Optimizer, modules: Iterable[torch.nn.Module]
+) -> torch.nn.Module | None:
+    """The sharded model `target` is, or whose parameters the optimizer `target` updates."""
+    if isinstance(target, torch.nn.Module):
+        return target if is_sharded(target) else None
+    wanted = {id(p) for group in target.param_groups for p in group["params"]}
+    for module in modules:
+        if is_sharded(module) and wanted <= {id(p) for p in module.parameters()}:
+            return module
+    return None
+
+
 def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, Any], source: str) -> None:
     """Refuse a state_dict whose names or shapes differ from `model`'s (a sharded model's
     shapes are its full ones), naming the first of each kind."""
@@ -355,7 +368,7 @@ def fingerprint(model: torch.nn.Module) -> str:
     a sharded model, the full weights' hash (every rank must call it)."""
     digest = hashlib.sha256()
     for key, tensor in unwrap(model).state_dict().items():
-        if isinstance(tensor, DTensor):  # a sharded model's: every rank gathers it
+        if hasattr(tensor, "full_tensor"):  # a DTensor of a sharded model: every rank gathers it
             tensor = tensor.full_tensor()
         digest.update(key.encode())
         digest.update(

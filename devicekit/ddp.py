@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import FSDPModule
 
 from devicekit import runtime
 from devicekit.errors import UsageError
@@ -76,7 +75,7 @@ def no_sync(
     accumulation): DDP's `no_sync()` when `enabled` and the model has one; for a sharded
     model, no reduce-scatter (its gradients accumulate unsharded until the last
     micro-step); else nothing."""
-    if enabled and isinstance(model, FSDPModule):
+    if enabled and is_sharded(model) and hasattr(model, "set_requires_gradient_sync"):
         return _without_gradient_sync(model)
     if enabled:
         inner = getattr(model, "no_sync", None)
@@ -87,7 +86,7 @@ def no_sync(
 
 
 @contextlib.contextmanager
-def _without_gradient_sync(model: FSDPModule) -> Iterator[None]:
+def _without_gradient_sync(model: Any) -> Iterator[None]:
     model.set_requires_gradient_sync(False)
     try:
         yield

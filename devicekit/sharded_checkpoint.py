@@ -15,7 +15,7 @@ import os
 import pickle
 import shutil
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -32,19 +32,11 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from devicekit.errors import UsageError
-from devicekit.sharding import is_sharded
 
 VALUES = "values.pt"
 METADATA = ".metadata"
 _PARTIAL = ".partial"
 _PREVIOUS = ".previous"
-
-
-def holds_sharded(obj: object) -> bool:
-    """Whether the checkpoint dict `obj` holds a sharded model."""
-    return isinstance(obj, Mapping) and any(
-        isinstance(value, torch.nn.Module) and is_sharded(value) for value in obj.values()
-    )
 
 
 def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -53,17 +45,6 @@ def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     weights = get_model_state_dict(model, options=options)
     return {key: value for key, value in weights.items() if isinstance(value, torch.Tensor)}
-
-
-def sharded_owner(
-    optimizer: torch.optim.Optimizer, modules: Iterable[torch.nn.Module]
-) -> torch.nn.Module | None:
-    """The sharded module among `modules` whose parameters `optimizer` updates, if any."""
-    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for module in modules:
-        if is_sharded(module) and wanted <= {id(p) for p in module.parameters()}:
-            return module
-    return None
 
 
 def load_full_into_sharded(model: torch.nn.Module, state: Mapping[str, Any]) -> None:

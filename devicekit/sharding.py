@@ -7,22 +7,37 @@ or the module classes the caller names. Each block is sharded on its own, then t
 so only one block's parameters are gathered whole at a time.
 """
 
-from collections.abc import Callable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from devicekit import runtime
 from devicekit.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+# FSDP and DTensor are imported by shard() only: importing them costs every process that
+# imports devicekit about 0.9 s (torch.distributed.tensor most of it).
+_FSDP = "torch.distributed.fsdp"
 
 BlockSpec = Sequence[type[torch.nn.Module] | str]
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
     """Whether `model` (or a module inside it) was sharded by `shard()`/`fully_shard`."""
-    return any(isinstance(module, FSDPModule) for module in model.modules())
+    fsdp = sys.modules.get(_FSDP)  # not imported: nothing can be sharded
+    return fsdp is not None and any(isinstance(m, fsdp.FSDPModule) for m in model.modules())
+
+
+def holds_sharded(obj: object) -> bool:
+    """Whether the checkpoint dict `obj` holds a sharded model."""
+    return isinstance(obj, Mapping) and any(
+        isinstance(value, torch.nn.Module) and is_sharded(value) for value in obj.values()
+    )
 
 
 def shard(
@@ -47,6 +62,9 @@ def shard(
     activations in the backward pass instead of keeping them, or name the classes to
     recompute. In a single process the group of one is joined here.
     """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     _check_wrappable(model)
     if not dist.is_initialized():
         if runtime.context().world_size > 1:
@@ -161,8 +179,10 @@ def _recomputed(
     return list(_outermost(model, lambda module: isinstance(module, wanted)))
 
 
-def _precision_policy(mixed_precision: bool | None) -> MixedPrecisionPolicy:
+def _precision_policy(mixed_precision: bool | None) -> "MixedPrecisionPolicy":
     """FSDP2's policy: low-precision parameters and fp32 gradient reduction, or fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
     kind = runtime.kind()
     if mixed_precision is None:
         use = kind.computes_bf16_natively()

@@ -50,6 +50,17 @@ def test_version_answers(command):
     assert result.returncode == 0 and result.stdout == f"devicekit {devicekit.__version__}\n"
 
 
+def test_importing_devicekit_leaves_sharding_unimported():
+    """FSDP, DTensor and distributed checkpoints are imported by shard() and a sharded
+    checkpoint only: they cost every process that imports devicekit about 0.9 s here."""
+    heavy = ("torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed.checkpoint")
+    code = f"import sys, devicekit; print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert result.returncode == 0 and result.stdout == "[]\n", result
+
+
 def test_the_changelog_names_this_version():
     changelog = (Path(ROOT) / "CHANGELOG.md").read_text()
     assert re.search(rf"^## {re.escape(devicekit.__version__)} ", changelog, re.M)

@@ -63,8 +63,34 @@ def warn(message: str) -> None:
     say(f"devicekit: warning: {message}")
 
 
+def out_of_memory(error: BaseException) -> str | None:
+    """The one-line message for an out-of-memory error of any device kind (torch's
+    OutOfMemoryError on a GPU or NPU, the CPU allocator's RuntimeError, MemoryError), with
+    what torch said of the sizes; None for any other error."""
+    torch = sys.modules.get("torch")
+    text = str(error).strip()
+    if isinstance(error, MemoryError):
+        detail = f"the host ran out of memory{f' ({text})' if text else ''}"
+    elif torch is not None and isinstance(error, torch.OutOfMemoryError):
+        # "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
+        # 79.10 GiB of which 1.02 GiB is free. ...": the sizes are in the first sentences.
+        detail = ". ".join(text.splitlines()[0].split(". ")[:3]).rstrip(".") if text else ""
+    elif isinstance(error, RuntimeError) and "can't allocate memory" in text:
+        # "[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory:
+        # you tried to allocate 4611686018427387904 bytes. Error code 12 (...)"
+        detail = "the CPU " + text.split("DefaultCPUAllocator: ", 1)[-1].split(". Error")[0]
+    else:
+        return None
+    return one_line(
+        f"out of memory: {detail[:300]}; use a smaller batch, or split the model, its "
+        "gradients and optimizer state across the ranks with devicekit.shard(model) "
+        "(activation_checkpointing=True saves more)"
+    )
+
+
 def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Decorate a command-line entry point: a UsageError becomes one line and exit code 2."""
+    """Decorate a command-line entry point: a UsageError, or running out of memory on any
+    device, becomes one line and exit code 2."""
 
     @functools.wraps(func)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -73,6 +99,12 @@ def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
         except UsageError as error:
             say(f"error: {error}")
             sys.exit(EXIT_USAGE)
+        except (RuntimeError, MemoryError) as error:
+            message = out_of_memory(error)
+            if message is None:
+                raise
+            say(f"error: {message}")
+            sys.exit(EXIT_USAGE)
 
     return wrapper
 
@@ -80,8 +112,9 @@ def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
 def report_usage_errors() -> None:
     """End a script that lets a UsageError escape (say, a module-level devicekit call on a
     machine without the device asked for) as a command-line mistake ends: the one-line
-    message on stderr and exit code 2, not a traceback. Other exceptions go to the hook
-    that was installed before."""
+    message on stderr and exit code 2, not a traceback. Running out of memory ends the same
+    way, with the sizes and what to try. Other exceptions go to the hook that was installed
+    before."""
     previous = sys.excepthook
 
     def hook(
@@ -90,6 +123,10 @@ def report_usage_errors() -> None:
         if issubclass(kind, UsageError):
             say(f"error: {error}")
             raise SystemExit(EXIT_USAGE)  # Python exits with the code a hook raises
+        message = out_of_memory(error)
+        if message is not None:
+            say(f"error: {message}")
+            raise SystemExit(EXIT_USAGE)
         previous(kind, error, traceback)
 
     sys.excepthook = hook

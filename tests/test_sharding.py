@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -98,21 +99,18 @@ def run_python(tmp_path, code, **env):
     )
 
 
-def test_shard_before_init_distributed_in_a_world_of_two_is_one_line(tmp_path):
-    result = run_python(
-        tmp_path,
-        "import devicekit, torch\ndevicekit.shard(torch.nn.Linear(2, 2))\n",
-        RANK=0,
-        WORLD_SIZE=2,
-        LOCAL_RANK=0,
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=29999,
-    )
-    assert result.returncode == 2, result
-    assert result.stderr.strip().splitlines() == [
-        "error: shard() needs the process group of this run's 2 ranks: call "
+def test_shard_before_init_distributed_in_a_world_of_two_is_refused(monkeypatch):
+    """A launcher started 2 ranks (the context says so) and the script shards first."""
+    from devicekit import sharding
+
+    monkeypatch.setattr(sharding.runtime, "context", lambda: SimpleNamespace(world_size=2))
+    monkeypatch.setattr(sharding.dist, "is_initialized", lambda: False)
+    with pytest.raises(devicekit.UsageError) as refused:
+        devicekit.shard(nn.Linear(2, 2))
+    assert str(refused.value) == (
+        "shard() needs the process group of this run's 2 ranks: call "
         "devicekit.init_distributed() first"
-    ], result.stderr
+    )
 
 
 # One process (a group of one, joined by shard() itself): recomputed blocks give the
@@ -251,3 +249,47 @@ def test_a_save_interrupted_between_its_renames_leaves_the_previous_one(copy, tm
     copy.rename(tmp_path / "ckpt.previous")  # the old folder moved aside, the new not yet in
     values = devicekit.load_checkpoint(tmp_path / "ckpt", into={"model": Net()})
     assert values == {"step": 7}
+
+
+class _Kind:
+    """A device kind as _precision_policy reads it."""
+
+    def __init__(self, name, *, accelerator, bf16, native):
+        self.name, self.is_accelerator = name, accelerator
+        self._bf16, self._native = bf16, native
+
+    def is_bf16_supported(self):
+        return self._bf16
+
+    def computes_bf16_natively(self):
+        return self._native
+
+
+@pytest.mark.parametrize(
+    ("kind", "asked", "param_dtype"),
+    [
+        (_Kind("cpu", accelerator=False, bf16=True, native=True), None, torch.bfloat16),
+        (_Kind("cpu", accelerator=False, bf16=True, native=False), None, None),
+        (_Kind("cpu", accelerator=False, bf16=True, native=False), True, torch.bfloat16),
+        (_Kind("cuda", accelerator=True, bf16=False, native=False), True, torch.float16),
+        (_Kind("npu", accelerator=True, bf16=True, native=True), False, None),
+    ],
+)
+def test_mixed_precision_follows_the_device_unless_asked(kind, asked, param_dtype, monkeypatch):
+    """bf16 parameters (fp32 reduction) where the device computes bf16 natively; asked for,
+    bf16 where it works, else fp16 on an accelerator; False keeps fp32."""
+    from devicekit import sharding
+
+    monkeypatch.setattr(sharding.runtime, "kind", lambda: kind)
+    policy = sharding._precision_policy(asked)
+    assert policy.param_dtype is param_dtype
+    assert policy.reduce_dtype is (None if param_dtype is None else torch.float32)
+
+
+def test_mixed_precision_on_a_device_with_neither_is_refused(monkeypatch):
+    from devicekit import sharding
+
+    kind = _Kind("xpu", accelerator=False, bf16=False, native=False)
+    monkeypatch.setattr(sharding.runtime, "kind", lambda: kind)
+    with pytest.raises(devicekit.UsageError, match="trains in neither bf16 nor fp16"):
+        sharding._precision_policy(True)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from devicekit import runtime
+from devicekit.distributed import init_distributed
 from devicekit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ def shard(
     mixed_precision: bool | None = None,
     blocks: BlockSpec | None = None,
     activation_checkpointing: bool | BlockSpec = False,
-    reshard_after_forward: bool = True,
 ) -> torch.nn.Module:
     """`model` sharded across the ranks of the process group (FSDP2), in place, on this
     rank's device: each block on its own, then the root. Use it instead of `wrap_ddp`
@@ -65,7 +65,11 @@ def shard(
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    # Every argument is checked before anything changes.
     _check_wrappable(model)
+    found = block_modules(model, blocks)
+    recomputed = _recomputed(model, found, activation_checkpointing)
+    policy = _precision_policy(mixed_precision)
     if not dist.is_initialized():
         if runtime.context().world_size > 1:
             raise UsageError(
@@ -73,26 +77,18 @@ def shard(
                 f"{runtime.context().world_size} ranks: call devicekit.init_distributed() "
                 "first"
             )
-        from devicekit.distributed import init_distributed
-
         init_distributed()
-    kind = runtime.kind()
-    device = kind.device_for(runtime.context())
+    device = runtime.kind().device_for(runtime.context())
     model.to(device)
-    found = block_modules(model, blocks)
-    recomputed = _recomputed(model, found, activation_checkpointing)
     if recomputed:
         from torch.distributed._composable import checkpoint
 
         for module in recomputed:
             checkpoint(module)
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    policy = _precision_policy(mixed_precision)
     for module in found:
-        fully_shard(
-            module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward
-        )
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(module, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
 

@@ -23,7 +23,7 @@ from devicekit import runtime
 from devicekit.accelerator import device as runtime_device
 from devicekit.ddp import unwrap
 from devicekit.errors import UsageError
-from devicekit.sharding import holds_sharded, is_sharded
+from devicekit.sharding import holds_sharded, is_sharded, optimizer_owner
 
 PREFIX = "module."
 
@@ -328,11 +328,8 @@ def _sharded_owner(
     """The sharded model `target` is, or whose parameters the optimizer `target` updates."""
     if isinstance(target, torch.nn.Module):
         return target if is_sharded(target) else None
-    wanted = {id(p) for group in target.param_groups for p in group["params"]}
-    for module in modules:
-        if is_sharded(module) and wanted <= {id(p) for p in module.parameters()}:
-            return module
-    return None
+    owner = optimizer_owner(target, modules)
+    return owner if owner is not None and is_sharded(owner) else None
 
 
 def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, Any], source: str) -> None:

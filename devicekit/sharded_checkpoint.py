@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from devicekit.errors import UsageError
+from devicekit.sharding import optimizer_owner
 
 VALUES = "values.pt"
 METADATA = ".metadata"
@@ -163,10 +164,9 @@ def _owner(
     key: str, optimizer: torch.optim.Optimizer, modules: Mapping[str, torch.nn.Module]
 ) -> torch.nn.Module:
     """The module in the checkpoint whose parameters `optimizer` updates."""
-    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for module in modules.values():
-        if wanted <= {id(p) for p in module.parameters()}:
-            return module
+    owner = optimizer_owner(optimizer, modules.values())
+    if owner is not None:
+        return owner
     raise UsageError(
         f"checkpoint entry {key!r}: the optimizer updates parameters of no model in the "
         "checkpoint: save the model beside it, e.g. {'model': model, 'optimizer': optimizer}"

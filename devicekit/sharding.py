@@ -8,7 +8,7 @@ so only one block's parameters are gathered whole at a time.
 """
 
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,6 +32,14 @@ def is_sharded(model: torch.nn.Module) -> bool:
     """Whether `model` (or a module inside it) was sharded by `shard()`/`fully_shard`."""
     fsdp = sys.modules.get(_FSDP)  # not imported: nothing can be sharded
     return fsdp is not None and any(isinstance(m, fsdp.FSDPModule) for m in model.modules())
+
+
+def optimizer_owner(
+    optimizer: torch.optim.Optimizer, modules: Iterable[torch.nn.Module]
+) -> torch.nn.Module | None:
+    """The module among `modules` whose parameters `optimizer` updates, if any."""
+    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return next((m for m in modules if wanted <= {id(p) for p in m.parameters()}), None)
 
 
 def holds_sharded(obj: object) -> bool:

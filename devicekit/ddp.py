@@ -75,7 +75,8 @@ def no_sync(
     accumulation): DDP's `no_sync()` when `enabled` and the model has one; for a sharded
     model, no reduce-scatter (its gradients accumulate unsharded until the last
     micro-step); else nothing."""
-    if enabled and is_sharded(model) and hasattr(model, "set_requires_gradient_sync"):
+    # Called every micro-step: the sharded root's own method, not a walk over the modules.
+    if enabled and hasattr(model, "set_requires_gradient_sync"):
         return _without_gradient_sync(model)
     if enabled:
         inner = getattr(model, "no_sync", None)

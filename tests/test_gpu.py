@@ -8,13 +8,16 @@ In this process: the device functions, fp16 and bf16 autocast with devicekit's G
 a checkpoint written on the GPU. In real processes (tests/support/processes.py: own
 session, output in files, a timeout on every wait): DDP with device_ids over nccl (1 rank,
 and 2 where two GPUs exist), the checkpoint read where no GPU is visible, `devicekit check`,
-main.py, and a CUDA-only script of tests/port_corpus after `devicekit port`.
+main.py, a CUDA-only script of tests/port_corpus after `devicekit port`, devicekit.shard
+(FSDP2 over nccl: bf16 by the device's policy, fp32 with DDP's losses, a checkpoint folder
+resumed), and running out of the GPU's memory.
 """
 
 import json
 import math
 import os
 import re
+import sys
 import textwrap
 
 import pytest
@@ -25,7 +28,7 @@ import devicekit
 from conftest import clean_environ
 from devicekit import runtime
 from support.launchers import DEVICEKIT, PY, devicekit_cmd, start
-from support.paths import CORPUS
+from support.paths import CORPUS, REPO
 from support.processes import Processes, describe
 from support.runs import CHECKPOINT_KEYS, TINY, main_py, read_metrics
 from trainer import state
@@ -498,3 +501,150 @@ def test_a_ported_cuda_only_script_trains_on_the_gpu(ported_gpt, tmp_path, launc
     assert float(peak) > 0, "nothing was allocated on the GPU (0.0 MiB is what a CPU reports)"
     [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
     assert float(final) < float(first) / 4, result.stdout
+
+
+# -- sharded training (FSDP2 over nccl) -------------------------------------------------------
+
+GPT = REPO / "examples" / "gpt_pretrain.py"
+LOSS = re.compile(r"^iter (\d+) loss (\d+\.\d+)", re.M)
+
+_SHARDED_BF16 = """
+    import json, sys
+    import devicekit
+    import torch
+
+    sys.path.insert(0, sys.argv[1])
+    from gpt_pretrain import TinyGPT, corpus, get_batch
+
+    torch.manual_seed(0)
+    model = devicekit.shard(TinyGPT())  # mixed_precision=None: the device's policy
+    computed = set()
+    model.head.register_forward_pre_hook(lambda module, args: computed.add(str(args[0].dtype)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data, losses = corpus(), []
+    for it in range(30):
+        x, y = get_batch(data, it, 0, 0, 1, 16, 1)
+        loss = model(x.to(devicekit.device()), y.to(devicekit.device()))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        grads = {str(p.grad.dtype) for p in model.parameters()}
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    devicekit.save_checkpoint("ckpt", {"model": model, "optimizer": optimizer, "step": 30})
+    devicekit.save_checkpoint("weights.pt", model)
+    print(json.dumps({
+        "devices": sorted({str(p.device) for p in model.parameters()}),
+        "stored": sorted({str(p.dtype) for p in model.parameters()}),
+        "computed": sorted(computed),
+        "grads": sorted(grads),
+        "losses": [losses[0], losses[-1]],
+        "fingerprint": devicekit.fingerprint(model),
+    }))
+"""
+
+
+def test_a_sharded_model_computes_in_bf16_and_its_checkpoints_load_without_a_gpu(tmp_path):
+    """shard() on a bf16 GPU by default: fp32 shards and gradients, bf16 compute; it trains,
+    and both its checkpoint folder and its full-weights file load here into a plain model
+    with the weights it ended with."""
+    if not torch.cuda.is_bf16_supported():
+        pytest.skip("needs a GPU with bf16 (Ampere or later)")
+    with Processes(tmp_path / "sharded") as procs:
+        started = procs.start(
+            "sharded",
+            [PY, script(tmp_path, _SHARDED_BF16), str(GPT.parent)],
+            gpu_env(CUDA_VISIBLE_DEVICES=one_gpu()),
+            cwd=tmp_path,
+        )
+        [result] = procs.finish_all([started], RUN_TIMEOUT_S)
+    ran = json.loads(succeeded(result).stdout)
+    assert ran["devices"] == ["cuda:0"] and ran["stored"] == ran["grads"] == ["torch.float32"]
+    assert ran["computed"] == ["torch.bfloat16"], ran
+    first, last = ran["losses"]
+    assert math.isfinite(last) and last < first / 2, ran
+
+    sys.path.insert(0, str(GPT.parent))
+    try:
+        from gpt_pretrain import TinyGPT
+    finally:
+        sys.path.remove(str(GPT.parent))
+    from_file = TinyGPT()
+    from_file.load_state_dict(torch.load(tmp_path / "weights.pt", weights_only=True))
+    from_folder = TinyGPT()
+    values = devicekit.load_checkpoint(tmp_path / "ckpt", into={"model": from_folder})
+    assert values == {"step": 30}
+    fingerprint = ran["fingerprint"]
+    assert devicekit.fingerprint(from_file) == devicekit.fingerprint(from_folder) == fingerprint
+
+
+def test_a_sharded_gpt_has_ddps_losses_in_fp32_and_resumes_under_torchrun(tmp_path):
+    """examples/gpt_pretrain.py, fp32: --strategy shard (4 iterations, a checkpoint folder,
+    resumed under torchrun for 4 more) logs the losses of --strategy ddp's 8."""
+    common = ["--no-amp", "--log-every", "1", "--batch-size", "8"]
+    env = gpu_env(CUDA_VISIBLE_DEVICES=one_gpu(), DEVICEKIT_NPROC_PER_NODE=1)
+    folder = tmp_path / "sharded"
+    with Processes(tmp_path / "runs") as procs:
+        ddp = procs.start(
+            "ddp",
+            [PY, str(GPT), *common, "--iters", "8", "--out", str(tmp_path / "ddp.pt")],
+            env,
+        )
+        first = procs.start(
+            "first",
+            [
+                PY,
+                str(GPT),
+                *common,
+                "--strategy",
+                "shard",
+                "--iters",
+                "4",
+                "--save-every",
+                "4",
+                "--out",
+                str(folder),
+            ],
+            env,
+        )
+        ddp, first = procs.finish_all([ddp, first], RUN_TIMEOUT_S)
+    succeeded(ddp, first)
+    args = [*common, "--strategy", "shard", "--iters", "8", "--resume", "--out", folder]
+    resumed = succeeded(*launched(tmp_path, "torchrun", GPT, args, 1, env))
+    reference = {int(it): float(loss) for it, loss in LOSS.findall(ddp.stdout)}
+    sharded = {int(it): float(loss) for it, loss in LOSS.findall(first.stdout + resumed.stdout)}
+    assert sorted(reference) == sorted(sharded) == list(range(8)), (ddp.stdout, sharded)
+    for it, loss in sharded.items():
+        assert loss == pytest.approx(reference[it], rel=1e-4), (it, sharded, reference)
+
+
+_OUT_OF_MEMORY = """
+    import devicekit
+    import torch
+
+
+    def main(local_rank):
+        devicekit.init_distributed()
+        torch.empty(1 << 40, dtype=torch.uint8, device=devicekit.device())  # 1 TiB
+
+
+    if __name__ == "__main__":
+        devicekit.launch(main)
+"""
+
+
+def test_running_out_of_gpu_memory_ends_with_one_line(tmp_path):
+    """1 TiB asked of one GPU under devicekit.launch: torch's sizes in one line, the advice,
+    exit code 2, no traceback."""
+    env = gpu_env(CUDA_VISIBLE_DEVICES=one_gpu())
+    [result] = launched(tmp_path, "python", script(tmp_path, _OUT_OF_MEMORY), [], 1, env)
+    assert result.returncode == 2, describe([result])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in result.stderr and len(errors) == 1, describe([result])
+    assert re.fullmatch(
+        r"error: out of memory: CUDA out of memory\. Tried to allocate 1024\.00 GiB\. GPU 0 "
+        r"has a total capacity of [\d.]+ GiB of which [\d.]+ [KMG]iB is free; use a smaller "
+        r"batch, or split the model, its gradients and optimizer state across the ranks with "
+        r"devicekit\.shard\(model\) \(activation_checkpointing=True saves more\)",
+        errors[0],
+    ), errors[0]

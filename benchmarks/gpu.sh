@@ -9,12 +9,12 @@
 #    functions, fp16/bf16 AMP, DDP over nccl, checkpoints, `devicekit check`, main.py, a
 #    ported script, devicekit.shard over nccl, running out of memory). Only that file is
 #    collected: the docs tools the other test files import need not be there. About
-#    2.5 minutes on an H200; stopped at 4.
+#    2.5 minutes on an H200; stopped at 3.5.
 # 2. `python benchmarks/run.py --only gpu --pairs 3`: main.py's ResNet-50 step (224 px,
 #    batch 256, AMP fp16 + channels_last) against the reference example's step and against
 #    main.py in fp32 NCHW, 3 interleaved rounds of 30 steps each. About 3.5 minutes on an
-#    H200; stopped at 4.5.
-# About 6 minutes in all, never more than 9 (a stopped stage gets SIGINT, which
+#    H200; stopped at 4 min 10 s.
+# About 6 minutes in all, stopped before 8 (a stopped stage gets SIGINT, which
 # stops the processes it started, then SIGKILL a minute later).
 #
 # What lands in the folder: machine.txt (the GPUs, driver, torch, CUDA, cuDNN and NCCL
@@ -31,8 +31,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
 OUT=${GPU_RESULTS_DIR:-benchmarks/gpu_results}
 PAIRS=${GPU_BENCH_PAIRS:-3}
-TESTS_LIMIT_S=240
-BENCH_LIMIT_S=270
+TESTS_LIMIT_S=210
+BENCH_LIMIT_S=250
 
 # One line on stdout: what is missing (exit 1), or nothing. Warnings go nowhere.
 missing=$(

@@ -75,6 +75,10 @@ def out_of_memory(error: BaseException) -> str | None:
         # "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
         # 79.10 GiB of which 1.02 GiB is free. ...": the sizes are in the first sentences.
         detail = ". ".join(text.splitlines()[0].split(". ")[:3]).rstrip(".") if text else ""
+        # torch_npu's: "NPU out of memory. Tried to allocate 72.00 MiB (NPU 0; 61.27 GiB total
+        # capacity; ...; 58.39 GiB reserved in total by PyTorch) If reserved memory is ...".
+        if "(NPU " in detail and ")" in detail[detail.index("(NPU ") :]:
+            detail = detail[: detail.index(")", detail.index("(NPU ")) + 1]
     elif isinstance(error, RuntimeError) and "can't allocate memory" in text:
         # "[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory:
         # you tried to allocate 4611686018427387904 bytes. Error code 12 (...)"

@@ -81,6 +81,8 @@ def get_lr(it, args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=40)
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks")
+    parser.add_argument("--dim", type=int, default=32, help="embedding width")
     parser.add_argument("--batch-size", type=int, default=8, help="per process and micro-step")
     parser.add_argument("--accum", type=int, default=2, help="gradient accumulation steps")
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -106,7 +108,7 @@ def train(local_rank, args):
     torch.manual_seed(1337)
     amp = devicekit.amp_enabled() and not args.no_amp
 
-    model = TinyGPT()
+    model = TinyGPT(dim=args.dim, layers=args.layers)
     if args.strategy == "shard":
         model = devicekit.shard(model, mixed_precision=None if amp else False)
     else:

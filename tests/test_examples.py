@@ -61,13 +61,17 @@ EQUIVALENT = {
 }
 LAUNCHERS = ["python", "torchrun", "launch", "run_8p", "ascend"]
 DONE = re.compile(r"^rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
+# The npu stand-in, its device kind forced: a run that found no npu would fail, not train on
+# the CPU.
+NPU_STAND_IN = {"DEVICEKIT_SIMULATE": "npu", "DEVICEKIT_DEVICE": "npu"}
 LOSS = re.compile(r"^iter (\d+) loss (\d+\.\d+)", re.M)
 LOGGED = {}
 
 
-def start_example(procs, launcher, name, args, nproc, tmp_path, **extra):
-    """Start examples/`name`.py with `args` the way `launcher` does with `nproc` ranks."""
-    script = REPO / "examples" / f"{name}.py"
+def start_example(procs, launcher, example, args, nproc, tmp_path, **extra):
+    """Start examples/`example`.py with `args` the way `launcher` does with `nproc` ranks
+    (`extra`: start()'s keywords and variables)."""
+    script = REPO / "examples" / f"{example}.py"
     return start(procs, launcher, script, args, nproc, tmp_path, **extra)
 
 
@@ -185,11 +189,14 @@ def losses(text):
     return {int(it): float(loss) for it, loss in LOSS.findall(text)}
 
 
-def test_sharded_gpt_follows_ddp_and_resumes_on_three_ranks_then_one(tmp_path, planned_runs):
-    """--strategy shard (devicekit.shard, fp32) on 2 ranks has DDP's losses (the plan's
-    2-rank run, same global batch); its checkpoint folder, saved at iteration 4, resumes
-    under torchrun on 3 ranks with DDP's losses for the last 4, and loads into a plain model
-    in this one process with DDP's final weights."""
+def test_sharded_gpt_on_the_npu_stand_in_follows_ddp_and_resumes_on_three_cpu_ranks(
+    tmp_path, planned_runs
+):
+    """--strategy shard (devicekit.shard, fp32) under torchrun on 2 ranks of the npu
+    stand-in has DDP's losses (the plan's 2-rank CPU run, same global batch); its checkpoint
+    folder, saved at iteration 4, resumes on the other kind (the CPU) under torchrun on 3
+    ranks with DDP's losses for the last 4, and loads into a plain model in this one process
+    with DDP's final weights."""
     import devicekit
 
     sys.path.insert(0, str(REPO / "examples"))
@@ -205,15 +212,17 @@ def test_sharded_gpt_follows_ddp_and_resumes_on_three_ranks_then_one(tmp_path, p
     with Processes(tmp_path / "processes") as procs:
         first = start_example(
             procs,
-            "python",
+            "torchrun",
             "gpt_pretrain",
             [*common, "--iters", "4", "--batch-size", "6", "--out", out],
             2,
             tmp_path,
+            name="npu",
+            **NPU_STAND_IN,
         )
         results = procs.finish_all(first, RUN_TIMEOUT_S)
         assert all(r.returncode == 0 for r in results), describe(results)
-        sharded = losses(output_text(results, tmp_path, "python"))
+        sharded = losses(output_text(results, tmp_path, "torchrun"))
         assert sorted(p.name for p in out.iterdir())[:1] == [".metadata"], list(out.iterdir())
         second = start_example(
             procs,
@@ -240,3 +249,46 @@ def test_sharded_gpt_follows_ddp_and_resumes_on_three_ranks_then_one(tmp_path, p
     rtol, atol = EQUIVALENT["gpt_pretrain"]
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, ddp["model"][name], rtol=rtol, atol=atol)
+
+
+def test_under_a_memory_cap_ddp_runs_out_and_shard_trains(tmp_path):
+    """Each of 2 npu stand-in devices holds 16 MiB: the GPT of 4 blocks of width 128 (0.8 M
+    parameters, 3.2 MB in fp32) needs about 20 MB a rank under DDP (its parameters, gradient
+    buckets and two AdamW moments whole) and 14 MB sharded. DDP ends with exit code 2 and,
+    from each rank that ran out, one line naming its NPU; --strategy shard trains."""
+    args = ["--dim", "128", "--layers", "4", "--iters", "2", "--no-amp", "--batch-size", "6"]
+    with Processes(tmp_path / "processes") as procs:
+        started = {
+            strategy: start_example(
+                procs,
+                "python",
+                "gpt_pretrain",
+                [*args, "--strategy", strategy, "--out", tmp_path / strategy],
+                2,
+                tmp_path / strategy,
+                name=strategy,
+                DEVICEKIT_SIMULATE_MEMORY="16MiB",
+                **NPU_STAND_IN,
+            )
+            for strategy in ("ddp", "shard")
+        }
+        [ddp] = procs.finish_all(started["ddp"], RUN_TIMEOUT_S)
+        [shard] = procs.finish_all(started["shard"], RUN_TIMEOUT_S)
+    assert ddp.returncode == 2 and "Traceback" not in ddp.stderr, describe([ddp])
+    # One line from each rank that ran out (both do here: they hold the same), naming its NPU.
+    lines = [line for line in ddp.stderr.splitlines() if line.startswith("error:")]
+    devices = [
+        re.fullmatch(
+            r"error: out of memory: NPU out of memory\. Tried to allocate [\d.]+ [KM]iB \(NPU "
+            r"(\d); 16\.00 MiB total capacity; [\d.]+ MiB already allocated; [\d.]+ [KM]iB "
+            r"free; the stand-in's capacity, DEVICEKIT_SIMULATE_MEMORY\); use a smaller batch, "
+            r"or split the model, its gradients and optimizer state across the ranks with "
+            r"devicekit\.shard\(model\) \(activation_checkpointing=True saves more\)",
+            line,
+        )
+        for line in lines
+    ]
+    assert lines and all(devices), lines
+    assert len({match.group(1) for match in devices}) == len(lines), lines
+    assert shard.returncode == 0, describe([shard])
+    assert sorted(int(m.group(1)) for m in DONE.finditer(shard.stdout)) == [0, 1], shard.stdout

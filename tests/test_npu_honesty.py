@@ -652,9 +652,10 @@ def _methods(cls):
 def signature_mismatches(public_name, stand_in, wheel_def):
     """How the stand-in's definition of `public_name` differs from the wheel's: each of
     `stand_in` and `wheel_def` is (where, def or class node). Functions: their parameters
-    (names, kinds, defaults' source, in order). Classes: __init__ (which the stand-in must
-    define) and every other public or dunder method the stand-in class defines, which the
-    wheel's class must define alike. [] when they agree; else messages naming both
+    (names, kinds, defaults' source, in order). Classes: the constructor (which the stand-in
+    must define: __init__, or __new__ where the wheel's class defines only that) and every
+    other public or dunder method the stand-in class defines, which the wheel's class must
+    define alike. [] when they agree; else messages naming both
     signatures and where each is."""
     (stand_in_at, stand_in_node), (wheel_at, wheel_node) = stand_in, wheel_def
     is_class = isinstance(stand_in_node, ast.ClassDef)
@@ -671,15 +672,18 @@ def signature_mismatches(public_name, stand_in, wheel_def):
         pairs = [(public_name, stand_in_node, wheel_node)]
     else:
         own, theirs = _methods(stand_in_node), _methods(wheel_node)
-        if "__init__" not in own:
+        # The constructor whose parameters users pass: __new__ where the wheel's class
+        # defines only that (its streams and events), else __init__.
+        constructor = "__new__" if "__new__" in theirs and "__init__" not in theirs else "__init__"
+        if constructor not in own:
             return [
-                f"{public_name}: the stand-in class defines no __init__ ({stand_in_at}), "
+                f"{public_name}: the stand-in class defines no {constructor} ({stand_in_at}), "
                 f"so its signature cannot be compared with the wheel's ({wheel_at})"
             ]
         pairs = [
             (f"{public_name}.{name}", method, theirs.get(name))
             for name, method in own.items()
-            if name == "__init__" or not name.startswith("_") or name.endswith("__")
+            if name == constructor or not name.startswith("_") or name.endswith("__")
         ]
     problems = []
     for name, mine, real in pairs:
@@ -893,7 +897,7 @@ def test_the_signature_check_can_fail(wheel, wrong):
 
 
 def test_the_signature_check_passes_what_agrees_and_checks_classes(wheel):
-    """Annotations do not count; a class's __init__ and its other methods do."""
+    """Annotations do not count; a class's constructor and its other methods do."""
     assert _compare_with_the_wheel(wheel, "def synchronize(device: int = None) -> None: pass") == []
     # The re-exports followed: `from .utils import`, `from .random import *`, amp's package.
     assert wheel.definition("torch_npu.npu.set_device")[0] == "torch_npu/npu/utils.py"
@@ -916,6 +920,15 @@ def test_the_signature_check_passes_what_agrees_and_checks_classes(wheel):
         ("def device(device): pass", "the stand-in's is a function"),
     ]:
         problems = _compare_with_the_wheel(wheel, wrong, "torch_npu.npu.device")
+        assert len(problems) == 1 and says in problems[0], (wrong, problems)
+    # A class the wheel constructs in __new__ (its streams) is compared by its __new__.
+    stream = "class Stream:\n    def __new__(cls, device=None, priority=0, **kwargs): pass\n"
+    assert _compare_with_the_wheel(wheel, stream, "torch_npu.npu.Stream") == []
+    for wrong, says in [
+        (stream.replace("priority=0", "priority=-1"), "stand-in __new__(cls, device=None"),
+        ("class Stream:\n    def __init__(self): pass\n", "defines no __new__"),
+    ]:
+        problems = _compare_with_the_wheel(wheel, wrong, "torch_npu.npu.Stream")
         assert len(problems) == 1 and says in problems[0], (wrong, problems)
 
 

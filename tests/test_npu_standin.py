@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import clean_environ
+from devicekit.errors import UsageError
 from support.launchers import start
 from support.paths import REPO, TESTS
 from support.processes import Processes, describe
@@ -183,6 +184,80 @@ out["scalar_ok"] = str((torch.ones(2, device="npu") * torch.tensor(3.)).device)
     assert "Expected all tensors to be on the same device" in out["error"], out
     assert found in out["error"], out
     assert out["scalar_ok"] == "npu:0"  # a CPU scalar is fine, as on CUDA
+
+
+_MEMORY = """
+import json, torch, devicekit
+out = {}
+a = torch.empty(1 << 20, dtype=torch.uint8, device="npu:1")  # 1 MiB
+b = torch.ones(256, 1024, device="npu:1")  # 1 MiB more; ones fills in place
+c = a[:10]  # a view: no memory of its own
+out.update(on1=torch.npu.memory_allocated(1), on0=torch.npu.memory_allocated(0))
+del a, b, c
+out.update(freed=torch.npu.memory_allocated(1), peak=torch.npu.max_memory_allocated(1))
+torch.npu.reset_peak_memory_stats(1)
+out.update(reset=torch.npu.max_memory_allocated(1))
+doubled = torch.ones(1024, device="npu:1") * 2  # a CPU kernel's fresh result, adopted
+out.update(adopted=torch.npu.memory_allocated(1), stats=torch.npu.memory_stats(1))
+torch.npu.set_device(1)
+out.update(devicekit=[devicekit.memory_allocated(), devicekit.max_memory_allocated()])
+try:
+    torch.empty(8 << 20, dtype=torch.uint8, device="npu:0")
+except torch.OutOfMemoryError as error:
+    out.update(refused=str(error), after=torch.npu.memory_allocated(0))
+print(json.dumps(out), flush=True)
+torch.zeros(2 << 20, device="npu:0")  # 8 MiB again, uncaught: the user's one line
+"""
+
+
+def test_the_allocator_counts_bytes_and_refuses_past_the_simulated_capacity():
+    """torch.npu's and devicekit's memory figures count the bytes of npu tensors per device
+    (CPU kernels' results too); DEVICEKIT_SIMULATE_MEMORY caps each device, past which
+    allocation raises torch's OutOfMemoryError in torch_npu's words, and a script that lets it
+    escape ends with one line."""
+    result = run_python(["-c", _MEMORY], DEVICEKIT_SIMULATE_MEMORY="4MiB")
+    out = json.loads(result.stdout)
+    mib = 1 << 20
+    assert (out["on1"], out["on0"], out["freed"], out["peak"]) == (2 * mib, 0, 0, 2 * mib)
+    assert (out["reset"], out["adopted"]) == (0, 4096), out
+    assert out["stats"]["allocated_bytes.all.current"] == 4096, out
+    assert out["devicekit"] == [4096, 8192], out  # the peak: the ones and their double
+    assert out["refused"] == (
+        "NPU out of memory. Tried to allocate 8.00 MiB (NPU 0; 4.00 MiB total capacity; "
+        "0.00 KiB already allocated; 4.00 MiB free; the stand-in's capacity, "
+        "DEVICEKIT_SIMULATE_MEMORY)"
+    )
+    assert out["after"] == 0
+    assert error_line(result) == (
+        "error: out of memory: NPU out of memory. Tried to allocate 8.00 MiB (NPU 0; 4.00 MiB "
+        "total capacity; 0.00 KiB already allocated; 4.00 MiB free; the stand-in's capacity, "
+        "DEVICEKIT_SIMULATE_MEMORY); use a smaller batch, or split the model, its gradients "
+        "and optimizer state across the ranks with devicekit.shard(model) "
+        "(activation_checkpointing=True saves more)"
+    )
+
+
+@pytest.mark.parametrize(
+    "value, nbytes",
+    [("512MiB", 512 << 20), ("1.5GB", 1_500_000_000), ("2 gib", 2 << 30), ("4096", 4096)],
+)
+def test_the_simulated_capacity_reads_sizes_as_people_write_them(value, nbytes):
+    from devicekit.simulate import memory_capacity
+
+    assert memory_capacity({"DEVICEKIT_SIMULATE_MEMORY": value}) == nbytes
+    assert memory_capacity({}) == 0  # unset: no limit but the host's
+
+
+@pytest.mark.parametrize("value", ["0", "lots", "1e9", "-1MiB", "512MiBs", "５12MiB", "0.1B"])
+def test_a_capacity_that_is_no_size_is_refused(value):
+    from devicekit.simulate import memory_capacity
+
+    with pytest.raises(UsageError) as refused:
+        memory_capacity({"DEVICEKIT_SIMULATE_MEMORY": value})
+    assert str(refused.value) == (
+        f"DEVICEKIT_SIMULATE_MEMORY={value!r} is not a memory size: write it as 512MiB, "
+        "2GiB or a number of bytes, or unset it for no limit"
+    )
 
 
 def test_training_on_npu_equals_training_on_cpu_bit_for_bit():
@@ -475,6 +550,7 @@ def test_an_unknown_simulated_device_is_refused_in_one_line(value):
             {"ASCEND_RT_VISIBLE_DEVICES": "0,5"},
             "ASCEND_RT_VISIBLE_DEVICES='0,5' names NPU 5, but this machine has 2",
         ),
+        ({"DEVICEKIT_SIMULATE_MEMORY": "lots"}, "DEVICEKIT_SIMULATE_MEMORY='lots' is not a"),
     ],
 )
 def test_a_bad_simulated_machine_is_refused_in_one_line(env, says):

@@ -18,6 +18,7 @@ from devicekit.kinds.visible import parse_ascend
 
 SIMULATE_ENV = "DEVICEKIT_SIMULATE"
 DEVICES_ENV = "DEVICEKIT_SIMULATE_DEVICES"
+MEMORY_ENV = "DEVICEKIT_SIMULATE_MEMORY"
 VISIBLE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 CHOICES = ("npu",)
 DEFAULT_DEVICES = 2
@@ -66,16 +67,49 @@ def visible_count(environ: Mapping[str, str]) -> int:
     return len(ids)
 
 
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def memory_capacity(environ: Mapping[str, str]) -> int:
+    """Bytes each simulated device holds, from DEVICEKIT_SIMULATE_MEMORY ("512MiB", "2GiB",
+    "1.5GB", a number of bytes); 0 when it is unset: no limit but the host's."""
+    raw = environ.get(MEMORY_ENV, "").strip()
+    if not raw:
+        return 0
+    # ASCII digits only, as for the device count.
+    size = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{1,6})?) ?([A-Za-z]{0,3})", raw)
+    scale = _UNITS.get(size.group(2).lower(), 0) if size else 0
+    nbytes = int(float(size.group(1)) * scale) if size else 0
+    if nbytes < 1:
+        raise UsageError(
+            f"{MEMORY_ENV}={environ[MEMORY_ENV]!r} is not a memory size: write it as "
+            "512MiB, 2GiB or a number of bytes, or unset it for no limit"
+        )
+    return nbytes
+
+
 def activate_from_environment(environ: Mapping[str, str] = os.environ) -> bool:
     """Provide the stand-in device when DEVICEKIT_SIMULATE asks for it; whether it is active."""
     if requested(environ) is None:
         return _active
-    activate(visible_count(environ))
+    activate(visible_count(environ), memory=memory_capacity(environ))
     return True
 
 
-def activate(devices: int = DEFAULT_DEVICES) -> None:
-    """Register the stand-in `npu` device with `devices` visible devices in this process."""
+def activate(devices: int = DEFAULT_DEVICES, *, memory: int = 0) -> None:
+    """Register the stand-in `npu` device with `devices` visible devices in this process,
+    each holding `memory` bytes (0: as much as the host gives)."""
     global _active
     if _active:
         return
@@ -99,6 +133,7 @@ def activate(devices: int = DEFAULT_DEVICES) -> None:
     torch.utils.rename_privateuse1_backend("npu")
     native = build.load()
     native.set_device_count(devices)
+    native.set_capacity(memory)
     npu_module._native = native
     # torch's _register_device_module is unannotated
     torch._register_device_module("npu", npu_module)  # type: ignore[no-untyped-call]

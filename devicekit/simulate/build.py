@@ -41,6 +41,14 @@ class Extension(Protocol):
 
     def host_view(self, tensor: torch.Tensor) -> torch.Tensor: ...  # a CPU tensor, same memory
 
+    def set_capacity(self, nbytes: int) -> None: ...  # per device; 0: no limit
+
+    def capacity(self) -> int: ...
+
+    def memory_usage(self, index: int) -> tuple[int, int]: ...  # (bytes in use, their peak)
+
+    def reset_peak(self, index: int) -> None: ...
+
 
 def cache_root() -> Path:
     """DEVICEKIT_CACHE, else $XDG_CACHE_HOME/devicekit, else ~/.cache/devicekit."""

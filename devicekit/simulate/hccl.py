@@ -12,28 +12,35 @@ import torch.distributed as dist
 
 BACKEND = "hccl"
 
-# The ProcessGroup methods torch.distributed and DDP call, each passed on to gloo.
-_COLLECTIVES = (
-    "allreduce",
-    "allreduce_coalesced",
-    "allgather",
-    "_allgather_base",
-    "allgather_coalesced",
-    "allgather_into_tensor_coalesced",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced",
-    "alltoall_base",
-    "alltoall",
-    "send",
-    "recv",
-    "recv_anysource",
-    "barrier",
-)
+# The ProcessGroup methods torch.distributed, DDP and FSDP2 call: {name: gloo's method}.
+_COLLECTIVES = {
+    name: name
+    for name in (
+        "allreduce",
+        "allreduce_coalesced",
+        "allgather",
+        "_allgather_base",
+        "allgather_coalesced",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+        "reduce_scatter",
+        "_reduce_scatter_base",
+        "alltoall_base",
+        "alltoall",
+        "send",
+        "recv",
+        "recv_anysource",
+        "barrier",
+    )
+} | {
+    # torch 2.13's names for the flat-buffer collectives (all_gather_into_tensor,
+    # reduce_scatter_tensor, all_to_all_single), which gloo still answers by the old ones.
+    "all_gather_single": "_allgather_base",
+    "reduce_scatter_single": "_reduce_scatter_base",
+    "all_to_all_single": "alltoall_base",
+}
 
 
 class HcclOverGloo(dist.ProcessGroup):
@@ -65,9 +72,9 @@ class HcclOverGloo(dist.ProcessGroup):
         return value
 
 
-def _passed_to_gloo(name: str) -> Callable[..., object]:
+def _passed_to_gloo(name: str, gloos: str) -> Callable[..., object]:
     def collective(self: HcclOverGloo, *args: object, **kwargs: object) -> object:
-        return getattr(self._gloo, name)(
+        return getattr(self._gloo, gloos)(
             *(self._on_host(value) for value in args),
             **{key: self._on_host(value) for key, value in kwargs.items()},
         )
@@ -76,8 +83,8 @@ def _passed_to_gloo(name: str) -> Callable[..., object]:
     return collective
 
 
-for _name in _COLLECTIVES:
-    setattr(HcclOverGloo, _name, _passed_to_gloo(_name))
+for _name, _gloos in _COLLECTIVES.items():
+    setattr(HcclOverGloo, _name, _passed_to_gloo(_name, _gloos))
 
 
 def register(host_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -86,6 +93,10 @@ def register(host_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
         return
 
     def create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> HcclOverGloo:
-        return HcclOverGloo(store, rank, size, timeout, host_view)
+        group = HcclOverGloo(store, rank, size, timeout, host_view)
+        group._register_backend(
+            torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, group._gloo
+        )
+        return group
 
     dist.Backend.register_backend(BACKEND, create, devices=["npu"])

@@ -2,10 +2,13 @@
 with the signature it has in torch_npu (tests/test_npu_honesty.py compares them).
 
 The device's memory is host memory and its kernels are the CPU's, so there is nothing to
-wait for, random numbers come from the CPU's generator, and the memory figures are 0.
+wait for (each stream and event is already complete) and random numbers come from the CPU's
+generator. Its allocator counts the bytes of npu tensors per device, so the memory figures
+are real; past DEVICEKIT_SIMULATE_MEMORY an allocation raises torch's OutOfMemoryError.
 """
 
 import collections
+import contextlib
 from typing import Literal
 
 import torch
@@ -140,39 +143,96 @@ def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "n
 
 
 def empty_cache() -> None:
-    pass
+    pass  # nothing is cached: memory goes back to the host when a tensor is freed
+
+
+# The stand-in has no caching allocator: what it reserves is what tensors hold.
 
 
 def memory_allocated(device: _Device | None = None) -> int:
-    return 0
+    return _extension().memory_usage(_index(device))[0]
 
 
 def max_memory_allocated(device: _Device | None = None) -> int:
-    return 0
+    return _extension().memory_usage(_index(device))[1]
 
 
 def memory_reserved(device: _Device | None = None) -> int:
-    return 0
+    return _extension().memory_usage(_index(device))[0]
 
 
 def max_memory_reserved(device: _Device | None = None) -> int:
-    return 0
+    return _extension().memory_usage(_index(device))[1]
 
 
 def reset_peak_memory_stats(device: _Device | None = None) -> None:
-    pass
+    _extension().reset_peak(_index(device))
 
 
 def memory_stats(device: _Device | None = None) -> collections.OrderedDict[str, int]:
+    current, peak = _extension().memory_usage(_index(device))
     return collections.OrderedDict(
-        (f"{name}.all.{which}", 0)
+        (f"{name}.all.{which}", value)
         for name in ("allocated_bytes", "reserved_bytes")
-        for which in ("current", "peak")
+        for which, value in (("current", current), ("peak", peak))
     )
 
 
+# -- streams and events: kernels run when they are called, so all are complete ---------------
+
+
+class Stream(torch.Stream):
+    """A stream of an npu device. The stand-in runs every kernel when it is called, so work
+    on any stream is already done: waiting on one stream or event for another costs nothing."""
+
+    def __new__(cls, device: _Device | None = None, priority: int = 0, **kwargs: int) -> "Stream":
+        if kwargs:  # stream_id, device_index, device_type: a stream that exists
+            return super().__new__(cls, priority=priority, **kwargs)
+        return super().__new__(cls, device=torch.device("npu", _index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    """An event of the current npu device; complete as soon as it is recorded."""
+
+    def __new__(
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> "Event":
+        return super().__new__(
+            cls,
+            device=torch.device("npu", current_device()),
+            enable_timing=enable_timing,
+            blocking=blocking,
+            interprocess=interprocess,
+        )
+
+
+def current_stream(device: _Device | None = None) -> Stream:
+    return _the_stream(_index(device, optional=True))
+
+
+def default_stream(device: _Device | None = None) -> Stream:
+    return _the_stream(_index(device, optional=True))
+
+
+def _the_stream(index: int) -> Stream:
+    """The one stream of device `index` (the current device when negative)."""
+    found = torch.accelerator.current_stream(current_device() if index < 0 else index)
+    return Stream(
+        stream_id=found.stream_id, device_index=found.device_index, device_type=found.device_type
+    )
+
+
+def stream(stream: Stream | None) -> contextlib.nullcontext[None]:
+    # Selecting a stream changes nothing where every stream is already complete.
+    return contextlib.nullcontext()
+
+
 __all__: list[str] = [
+    "Event",
+    "Stream",
     "current_device",
+    "current_stream",
+    "default_stream",
     "device",
     "device_count",
     "empty_cache",
@@ -196,5 +256,6 @@ __all__: list[str] = [
     "set_compile_mode",
     "set_device",
     "set_rng_state",
+    "stream",
     "synchronize",
 ]

@@ -18,8 +18,12 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,16 +40,81 @@ void check_index(c10::DeviceIndex index) {
               " visible)");
 }
 
-// -- memory: host memory, tagged with the npu device it belongs to ----------------------------
+// -- memory: host memory, tagged with the npu device it belongs to, and counted -------------
 
-void free_host(void* data) { c10::free_cpu(data); }
+constexpr int kMaxDevices = 64;
+
+// Bytes in use and their peak, per device, as a device's allocator reports them; past
+// `capacity` (0: none) an allocation fails with torch's OutOfMemoryError, as on a device.
+struct Usage {
+  std::atomic<int64_t> current{0};
+  std::atomic<int64_t> peak{0};
+};
+Usage usage[kMaxDevices];
+std::atomic<int64_t> capacity{0};
+
+std::string format_size(int64_t nbytes) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(2);
+  if (nbytes < (int64_t{1} << 20)) {
+    text << static_cast<double>(nbytes) / 1024 << " KiB";
+  } else if (nbytes < (int64_t{1} << 30)) {
+    text << static_cast<double>(nbytes) / (1 << 20) << " MiB";
+  } else {
+    text << static_cast<double>(nbytes) / (1 << 30) << " GiB";
+  }
+  return text.str();
+}
+
+// Count `nbytes` more on device `index`, or refuse them in the words torch_npu uses.
+void take(c10::DeviceIndex index, int64_t nbytes) {
+  Usage& used = usage[index];
+  const int64_t now = used.current.fetch_add(nbytes) + nbytes;
+  const int64_t limit = capacity.load();
+  if (limit > 0 && now > limit) {
+    used.current.fetch_sub(nbytes);
+    const int64_t before = now - nbytes;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ",
+                     format_size(nbytes), " (NPU ", static_cast<int>(index), "; ",
+                     format_size(limit), " total capacity; ", format_size(before),
+                     " already allocated; ", format_size(limit - before),
+                     " free; the stand-in's capacity, DEVICEKIT_SIMULATE_MEMORY)");
+  }
+  int64_t peak = used.peak.load();
+  while (now > peak && !used.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+void give_back(c10::DeviceIndex index, int64_t nbytes) { usage[index].current.fetch_sub(nbytes); }
+
+struct Block {
+  void* data;
+  int64_t nbytes;
+  c10::DeviceIndex index;
+};
+
+void free_block(void* context) {
+  auto* block = static_cast<Block*>(context);
+  c10::free_cpu(block->data);
+  give_back(block->index, block->nbytes);
+  delete block;
+}
+
+void free_nothing(void*) {}
 
 struct HostAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
-    void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
-    return {data, data, &free_host, c10::Device(kNpu, current_index)};
+    const c10::Device device(kNpu, current_index);
+    if (nbytes == 0) {
+      return {nullptr, nullptr, &free_nothing, device};
+    }
+    take(current_index, static_cast<int64_t>(nbytes));
+    void* data = c10::alloc_cpu(nbytes);
+    return {data, new Block{data, static_cast<int64_t>(nbytes), current_index}, &free_block,
+            device};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &free_host; }
+  // Each allocation carries its size and device for the count: no raw deleter.
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
@@ -55,27 +124,46 @@ struct HostAllocator final : c10::Allocator {
 HostAllocator& allocator = *new HostAllocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);
 
-void release_storage(void* context) { delete static_cast<c10::Storage*>(context); }
+struct Adopted {
+  c10::Storage host;
+  c10::DeviceIndex index;
+};
 
-// An npu storage over memory a CPU kernel allocated: it keeps that CPU storage alive.
+void release_storage(void* context) {
+  auto* adopted = static_cast<Adopted*>(context);
+  give_back(adopted->index, static_cast<int64_t>(adopted->host.nbytes()));
+  delete adopted;
+}
+
+// An npu storage over memory a CPU kernel allocated: it keeps that CPU storage alive, and
+// counts on the device as if the device had allocated it.
 c10::Storage adopt_storage(const c10::Storage& host, c10::DeviceIndex index) {
-  c10::DataPtr data(const_cast<void*>(host.data()), new c10::Storage(host), &release_storage,
+  take(index, static_cast<int64_t>(host.nbytes()));
+  c10::DataPtr data(const_cast<void*>(host.data()), new Adopted{host, index}, &release_storage,
                     c10::Device(kNpu, index));
   return c10::Storage(c10::Storage::use_byte_size_t(), host.nbytes(), std::move(data),
                       &allocator, /*resizable=*/true);
 }
 
-void resize_storage(const c10::Storage& storage, size_t nbytes) {
-  if (nbytes <= storage.nbytes()) {
-    return;
-  }
+// `storage` over `nbytes` of new memory holding what fits of its old bytes: what
+// `untyped_storage().resize_(n)` does on a device (FSDP2 frees its gathered parameters so,
+// with n = 0).
+void reallocate_storage(const c10::Storage& storage, size_t nbytes) {
   c10::DeviceGuard guard(storage.device());
-  c10::DataPtr grown = allocator.allocate(nbytes);
-  if (storage.nbytes() > 0) {
-    std::memcpy(grown.get(), storage.data(), storage.nbytes());
+  c10::DataPtr fresh = allocator.allocate(nbytes);
+  const size_t kept = std::min(nbytes, storage.nbytes());
+  if (kept > 0) {
+    std::memcpy(fresh.get(), storage.data(), kept);
   }
-  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(grown));
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
+}
+
+// A tensor's storage grows to hold `nbytes`, and never shrinks (torch's resize_).
+void resize_storage(const c10::Storage& storage, size_t nbytes) {
+  if (nbytes > storage.nbytes()) {
+    reallocate_storage(storage, nbytes);
+  }
 }
 
 // A CPU tensor over the same memory as npu tensor `t`, with its sizes, strides and offset.
@@ -169,7 +257,7 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   bool isPinnedPtr(const void*) const override { return false; }
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
-    resize_storage(storage, nbytes);
+    reallocate_storage(storage, nbytes);
   }
 };
 
@@ -381,7 +469,9 @@ void write_back(const at::Tensor& npu, const at::Tensor& host) {
   }
 }
 
-void run_on_host(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+// Run `op` on host views of its npu arguments; with `wait`, wait for each result that a
+// functional collective registered work for (c10d's wait_tensor) before it is handed back.
+void run_on_host_then(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool wait) {
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t first = stack->size() - num_args;
@@ -411,8 +501,22 @@ void run_on_host(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   }
   c10::DeviceGuard guard(*operands.device);
   op.callBoxed(stack);
-  for (const auto& [npu, host] : written) write_back(npu, host);
   const size_t num_returns = schema.returns().size();
+  if (wait) {
+    static const auto wait_tensor =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("_c10d_functional::wait_tensor", "")
+            .typed<at::Tensor(const at::Tensor&)>();
+    for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+      const c10::IValue& result = (*stack)[i];
+      if (result.isTensor()) {
+        wait_tensor.call(result.toTensor());
+      } else if (result.isTensorList()) {
+        for (const at::Tensor& t : result.toTensorList().vec()) wait_tensor.call(t);
+      }
+    }
+  }
+  for (const auto& [npu, host] : written) write_back(npu, host);
   for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
     c10::IValue& result = (*stack)[i];
     if (result.isTensor()) {
@@ -425,8 +529,31 @@ void run_on_host(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   }
 }
 
+void run_on_host(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  run_on_host_then(op, stack, /*wait=*/false);
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_host>());
+}
+
+// DTensor's collectives (torch.distributed._functional_collectives): their one kernel,
+// for every device, asks the group for its backend for the tensors' device, and the
+// stand-in's group has gloo's for the CPU only. So they run on host views too, and return
+// once done: on this device every kernel has finished when it returns.
+void collective_on_host(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                        torch::jit::Stack* stack) {
+  run_on_host_then(op, stack, /*wait=*/true);
+}
+
+TORCH_LIBRARY_IMPL(_c10d_functional, PrivateUse1, m) {
+  for (const char* name :
+       {"all_gather_into_tensor", "all_gather_into_tensor_coalesced",
+        "all_gather_into_tensor_out", "all_reduce", "all_reduce_", "all_reduce_coalesced",
+        "all_reduce_coalesced_", "all_to_all_single", "broadcast", "broadcast_",
+        "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter_tensor_out"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collective_on_host>());
+  }
 }
 
 // Convolutions reach a device through these two, whose default kernels raise.
@@ -506,7 +633,8 @@ C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, HostTimer);
 }  // namespace c10d
 
 void set_device_count(int64_t count) {
-  TORCH_CHECK(count >= 0 && count <= 64, "device count must be 0..64, not ", count);
+  TORCH_CHECK(count >= 0 && count <= kMaxDevices, "device count must be 0..", kMaxDevices,
+              ", not ", count);
   device_count.store(static_cast<c10::DeviceIndex>(count));
 }
 
@@ -525,6 +653,22 @@ at::Tensor host_view_of(const at::Tensor& t) {
   return host_view(t);
 }
 
+void set_capacity(int64_t nbytes) {
+  TORCH_CHECK(nbytes >= 0, "capacity must be >= 0 bytes (0: none), not ", nbytes);
+  capacity.store(nbytes);
+}
+
+// (bytes in use, their peak) on device `index`.
+std::pair<int64_t, int64_t> memory_usage(int64_t index) {
+  check_index(static_cast<c10::DeviceIndex>(index));
+  return {usage[index].current.load(), usage[index].peak.load()};
+}
+
+void reset_peak(int64_t index) {
+  check_index(static_cast<c10::DeviceIndex>(index));
+  usage[index].peak.store(usage[index].current.load());
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   at::RegisterPrivateUse1HooksInterface(new Hooks);  // never destroyed, as the allocator
   m.def("set_device_count", &set_device_count);
@@ -532,4 +676,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", &get_current_device);
   m.def("device_count", &get_device_count);
   m.def("host_view", &host_view_of);
+  m.def("set_capacity", &set_capacity);
+  m.def("capacity", [] { return capacity.load(); });
+  m.def("memory_usage", &memory_usage);
+  m.def("reset_peak", &reset_peak);
 }

@@ -215,7 +215,7 @@ def format_table(results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--builds", type=int, default=2, choices=(1, 2, 3), help="cold builds (about 30 s each)"
+        "--builds", type=int, default=2, choices=(1, 2, 3), help="cold builds (about 20 s each)"
     )
     parser.add_argument("--startup-pairs", type=int, default=25)
     parser.add_argument("--step-pairs", type=int, default=60)

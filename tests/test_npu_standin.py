@@ -3,7 +3,7 @@ device named `npu`, an `hccl` process group over them, and devicekit's npu kind 
 
 Activating it renames torch's extension device for the life of the process, so every
 scenario runs in a fresh interpreter and reports JSON. The first scenario of a machine
-builds the C++ extension (about 30 s on 2 cores); the rest load it from the cache.
+builds the C++ extension (about 20 s on 2 cores); the rest load it from the cache.
 """
 
 import json

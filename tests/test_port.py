@@ -1207,6 +1207,7 @@ CORPUS_REPORTS = {
         ["torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True"],
     ),
     "rank_as_device.py": ([], []),
+    "fsdp2_blocks.py": ([], []),
     # Ascend-only, in the style of ModelZoo's scripts
     "ascend_ddp.py": ([], []),
 }
@@ -1464,6 +1465,23 @@ def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
     )
     assert float(final) < float(first) - 0.1, result.stdout
     assert (out / "ckpt.pt").exists()
+
+
+@pytest.mark.slow
+def test_fsdp2_blocks_runs_sharded_on_the_npu_stand_in(ported_corpus, tmp_path):
+    """FSDP2 per block with a bf16 policy, clip_grad_norm_ on the shards and a
+    torch.distributed.checkpoint folder, ported, under torchrun on 2 ranks of the npu
+    stand-in, whose allocator gives the peak memory the script prints."""
+    script, folder = ported_corpus / "fsdp2_blocks.py", tmp_path / "ckpt"
+    env = child_env(DEVICEKIT_SIMULATE="npu", DEVICEKIT_DEVICE="npu")
+    result = run(tmp_path, "fsdp2", "torchrun", script, "--ckpt", folder, environ=env)
+    [(final, first, peak)] = re.findall(
+        r"final loss (\d+\.\d+) \(first (\d+\.\d+)\); peak memory (\d+\.\d+) MiB",
+        result.stdout,
+    )
+    assert float(final) < float(first) / 2, result.stdout
+    assert float(peak) > 0, "the stand-in counted no npu memory"
+    assert (folder / ".metadata").is_file()
 
 
 @pytest.mark.slow

@@ -88,7 +88,7 @@ def missing_tools() -> str:
 
 
 def load() -> Extension:
-    """The compiled extension: from the cache, or built now (20-30 s on 2 cores)."""
+    """The compiled extension: from the cache, or built now (about 20 s on 2 cores)."""
     root = cache_root()
     folder = root / f"npu-standin-{_key()}"
     try:

@@ -15,7 +15,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include <algorithm>

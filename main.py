@@ -66,7 +66,7 @@ def train(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> None:
     if position is None:
         return
     if args.evaluate:
-        loop.validate(setup.val_loader, setup.model, setup.criterion, setup.run)
+        validate(setup)
         return
     if args.profile_steps:
         observe.check_profile_steps(
@@ -84,8 +84,8 @@ def train(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> None:
 class Setup(NamedTuple):
     """What build() makes for one rank."""
 
-    model: torch.nn.Module  # validated, checkpointed and fingerprinted
-    ddp_model: torch.nn.Module  # the model wrapped for DDP (and compiled): what trains
+    model: torch.nn.Module  # validated, checkpointed and fingerprinted (sharded: trains too)
+    ddp_model: torch.nn.Module  # what trains: the model wrapped for DDP (and compiled)
     criterion: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -172,15 +172,21 @@ def print_setup(
 def build_model(
     args: argparse.Namespace, device: torch.device, channels_last: bool
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The model on `device`, and the same model wrapped for DDP (and compiled) to train."""
+    """The model on `device`, and what trains: the same model wrapped for DDP (or sharded
+    in place with --shard), and compiled with --compile."""
     model = models.create(args.arch, num_classes=args.num_classes)
     if args.pretrained:
         state.load_pretrained(args.pretrained, model)
     model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    # Batch norm trains on batch statistics, so rank 0's running statistics are needed only
-    # for evaluation and checkpoints, and are broadcast once before each validation instead
-    # of before every forward: the same weights, one collective less per step.
-    ddp_model: torch.nn.Module = devicekit.wrap_ddp(model, broadcast_buffers=False)
+    ddp_model: torch.nn.Module
+    if args.shard:
+        # --amp's autocast sets the precision, as under DDP: the shards stay fp32.
+        ddp_model = model = devicekit.shard(model, mixed_precision=False)
+    else:
+        # Batch norm trains on batch statistics, so rank 0's running statistics are needed
+        # only for evaluation and checkpoints, and are broadcast once before each validation
+        # instead of before every forward: the same weights, one collective less per step.
+        ddp_model = devicekit.wrap_ddp(model, broadcast_buffers=False)
     if args.compile:
         # torch.compile(module) returns an OptimizedModule, a Module; its stub says Callable.
         ddp_model = torch.compile(ddp_model)  # type: ignore[assignment]
@@ -275,16 +281,25 @@ def run_epoch(
         observer,
     )
     devicekit.broadcast_buffers(setup.model)  # every rank validates rank 0's model
-    validated = loop.validate(setup.val_loader, setup.model, setup.criterion, setup.run)
+    validated = validate(setup)
     is_best = validated["acc1"] > start.best_acc1
     end = state.Position(epoch + 1, 0, max(validated["acc1"], start.best_acc1))
+    saved = checkpoint(args, setup, end)  # a sharded model's: every rank gathers its shards
     if ctx.is_main:
         metrics = epoch_metrics(ctx, epoch, lr, trained, validated, time.time() - started)
         state.append_metrics(args.output_dir, metrics)
         observer.epoch_done(epoch, metrics)
-        state.save(args.output_dir, checkpoint(args, setup, end), is_best)
+        state.save(args.output_dir, saved, is_best)
     devicekit.barrier()
     return end
+
+
+def validate(setup: Setup) -> dict[str, float]:
+    """Every rank validates its share of the validation set. A sharded model is gathered
+    whole for it: the shares may differ by a batch, and then so would the ranks' forward
+    passes, each of which would otherwise gather parameters from every rank."""
+    with devicekit.unsharded(setup.model) as model:
+        return loop.validate(setup.val_loader, model, setup.criterion, setup.run)
 
 
 def save_mid_epoch(
@@ -300,16 +315,14 @@ def save_mid_epoch(
     resumed run draws what this one would."""
     rng_states = [None] * ctx.world_size
     torch.distributed.all_gather_object(rng_states, torch.get_rng_state())
+    saved = checkpoint(args, setup, state.Position(epoch, step, best_acc1, rng_states, totals))
     if ctx.is_main:
-        state.save(
-            args.output_dir,
-            checkpoint(args, setup, state.Position(epoch, step, best_acc1, rng_states, totals)),
-            is_best=False,
-        )
+        state.save(args.output_dir, saved, is_best=False)
 
 
 def checkpoint(args: argparse.Namespace, setup: Setup, position: state.Position) -> dict[str, Any]:
-    """The checkpoint dict of this run at `position`."""
+    """The checkpoint dict of this run at `position`; every rank calls it (of a sharded
+    model, rank 0 gets the whole state and writes it)."""
     return state.checkpoint_state(
         position, args.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
     )

@@ -61,7 +61,15 @@ from devicekit.amp import (
     autocast,
     prefers_channels_last,
 )
-from devicekit.checkpoint import fingerprint, load_checkpoint, save_checkpoint
+from devicekit.checkpoint import (
+    fingerprint,
+    load_checkpoint,
+    load_model_state_dict,
+    load_optimizer_state_dict,
+    model_state_dict,
+    optimizer_state_dict,
+    save_checkpoint,
+)
 from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp
 from devicekit.distributed import (
     all_reduce_sum,
@@ -92,7 +100,7 @@ from devicekit.processes import (
 )
 from devicekit.profiler import profile
 from devicekit.seeding import seed_everything
-from devicekit.sharding import shard
+from devicekit.sharding import shard, unsharded
 from devicekit.simulate import activate_from_environment
 from devicekit.workers import worker_context
 
@@ -142,6 +150,8 @@ __all__ = [
     "is_main_process",
     "launch",
     "load_checkpoint",
+    "load_model_state_dict",
+    "load_optimizer_state_dict",
     "local_rank",
     "local_world_size",
     "manual_seed",
@@ -150,9 +160,11 @@ __all__ = [
     "max_memory_reserved",
     "memory_allocated",
     "memory_reserved",
+    "model_state_dict",
     "no_sync",
     "node_rank",
     "nprocs_per_node",
+    "optimizer_state_dict",
     "pin_memory",
     "prefers_channels_last",
     "profile",
@@ -164,6 +176,7 @@ __all__ = [
     "set_device",
     "shard",
     "synchronize",
+    "unsharded",
     "unwrap",
     "warn",
     "worker_context",

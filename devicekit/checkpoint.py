@@ -14,7 +14,7 @@ import pickle
 import shutil
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO, TypeVar
 
 import torch
@@ -81,6 +81,50 @@ def save_checkpoint(path: str | os.PathLike[str], obj: Any) -> None:
         save_sharded(os.fspath(path), obj)
     elif runtime.context().rank == 0:
         save_atomic(portable(obj), os.fspath(path))
+
+
+def model_state_dict(model: torch.nn.Module) -> dict[str, Any]:
+    """`model`'s state_dict as an unsharded run saves it: without DDP's `module.` prefix.
+    For a model from `shard()` every rank must call it: the shards are gathered onto the
+    CPU of rank 0, which gets the whole state_dict; the other ranks get an empty dict."""
+    if is_sharded(model):
+        from devicekit.sharded_checkpoint import full_weights
+
+        return dict(full_weights(model))
+    return strip_prefix(unwrap(model).state_dict())
+
+
+def optimizer_state_dict(
+    optimizer: torch.optim.Optimizer, model: torch.nn.Module
+) -> dict[str, Any]:
+    """The state_dict of `optimizer`, which updates `model`, as an unsharded run saves it
+    (keyed by parameter position). For a model from `shard()` every rank must call it: rank
+    0 gets the whole state on the CPU, the other ranks an empty dict."""
+    if is_sharded(model):
+        from devicekit.sharded_checkpoint import full_optimizer_state
+
+        return full_optimizer_state(model, optimizer)
+    return optimizer.state_dict()
+
+
+def load_model_state_dict(model: torch.nn.Module, state: Mapping[str, Any]) -> None:
+    """Load a state_dict an unsharded run saved (or `model_state_dict` gave), with or
+    without `module.` prefixes, into `model`, sharded or not. A name or shape that differs is
+    a UsageError naming the first one."""
+    load_state_dict_into(unwrap(model), dict(state), "the state_dict")
+
+
+def load_optimizer_state_dict(
+    optimizer: torch.optim.Optimizer, model: torch.nn.Module, state: Mapping[str, Any]
+) -> None:
+    """Load an optimizer state_dict an unsharded run saved (or `optimizer_state_dict`
+    gave) into `optimizer`, which updates `model`, sharded or not."""
+    if is_sharded(model):
+        from devicekit.sharded_checkpoint import load_full_optimizer_into_sharded
+
+        load_full_optimizer_into_sharded(model, optimizer, state)
+    else:
+        optimizer.load_state_dict(dict(state))
 
 
 def on_cpu(obj: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
@@ -156,18 +200,12 @@ def _load_file_into(path: str, into: Mapping[str, Any]) -> dict[str, Any]:
         if key not in saved:
             raise UsageError(f"checkpoint {path!r} has no {key!r} entry: it was saved without it")
         state = values.pop(key)
-        owner = _sharded_owner(target, modules.values())
-        if isinstance(target, torch.nn.Module) and owner is not None:
-            from devicekit.sharded_checkpoint import load_full_into_sharded
-
-            check_state_dict(unwrap(target), state, f"checkpoint {path!r}")
-            load_full_into_sharded(target, strip_prefix(state))
-        elif isinstance(target, torch.nn.Module):
+        if isinstance(target, torch.nn.Module):
             load_state_dict_into(unwrap(target), state, f"checkpoint {path!r}")
-        elif owner is not None:
-            from devicekit.sharded_checkpoint import load_full_optimizer_into_sharded
-
-            load_full_optimizer_into_sharded(owner, target, state)
+            continue
+        owner = optimizer_owner(target, modules.values())
+        if owner is not None:
+            load_optimizer_state_dict(target, owner, state)
         else:
             target.load_state_dict(state)
     return values
@@ -292,7 +330,8 @@ def load(path: str, what: str = "checkpoint", map_location: str | torch.device =
 
 
 def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str) -> None:
-    """Load `state_dict` (prefix stripped) into `model`; a mismatch is a UsageError."""
+    """Load `state_dict` (prefix stripped) into `model`, sharded or not; a mismatch is a
+    UsageError."""
     if not isinstance(state_dict, dict):
         raise UsageError(
             f"{source} holds a {type(state_dict).__name__}, not a state_dict (a "
@@ -313,6 +352,11 @@ def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str
             "weights"
         )
     check_state_dict(model, state_dict, source)
+    if is_sharded(model):
+        from devicekit.sharded_checkpoint import load_full_into_sharded
+
+        load_full_into_sharded(model, strip_prefix(state_dict))
+        return
     try:
         model.load_state_dict(strip_prefix(state_dict))
     except RuntimeError as error:  # e.g. a sparse, complex or meta tensor in a weight's place
@@ -320,16 +364,6 @@ def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str
         raise UsageError(
             f"{source} holds tensors this model cannot take ({reason}): pass a model's weights"
         ) from None
-
-
-def _sharded_owner(
-    target: torch.nn.Module | torch.optim.Optimizer, modules: Iterable[torch.nn.Module]
-) -> torch.nn.Module | None:
-    """The sharded model `target` is, or whose parameters the optimizer `target` updates."""
-    if isinstance(target, torch.nn.Module):
-        return target if is_sharded(target) else None
-    owner = optimizer_owner(target, modules)
-    return owner if owner is not None and is_sharded(owner) else None
 
 
 def check_state_dict(model: torch.nn.Module, state_dict: Mapping[str, Any], source: str) -> None:

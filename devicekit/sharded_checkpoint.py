@@ -48,6 +48,31 @@ def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {key: value for key, value in weights.items() if isinstance(value, torch.Tensor)}
 
 
+def full_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """The full state_dict of the optimizer of a sharded `model`, keyed by parameter
+    position as torch writes an unsharded optimizer's, on the CPU of rank 0 (other ranks
+    get an empty dict); every rank must call it."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # torch types the values of its optimizer state loosely; this one is torch's own.
+    state: dict[str, Any] = dict(get_optimizer_state_dict(model, optimizer, options=options))
+    if not state:
+        return {}
+    names = {id(p): name for name, p in model.named_parameters()}
+    position = {
+        names[id(p)]: index
+        for index, p in enumerate(p for group in optimizer.param_groups for p in group["params"])
+    }
+    return {
+        "state": {position[name]: value for name, value in state["state"].items()},
+        "param_groups": [
+            {**group, "params": [position[name] for name in group["params"]]}
+            for group in state["param_groups"]
+        ],
+    }
+
+
 def load_full_into_sharded(model: torch.nn.Module, state: Mapping[str, Any]) -> None:
     """A full state_dict (a DDP or single-process checkpoint's) into a sharded model."""
     set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True))

@@ -7,6 +7,7 @@ or the module classes the caller names. Each block is sharded on its own, then t
 so only one block's parameters are gathered whole at a time.
 """
 
+import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -98,6 +99,32 @@ def shard(
         fully_shard(module, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+@contextlib.contextmanager
+def unsharded(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Within the block every rank holds the whole of `model`'s parameters, so its forward
+    passes need no collective and ranks may run different numbers of them: validation on
+    an unevenly split set, generation on one rank. Every rank enters it (the parameters
+    are gathered on entry and freed on exit); use it under torch.no_grad(). A model that
+    is not sharded is yielded as it is."""
+    if not is_sharded(model):
+        yield model
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for module in sharded:  # the same order on every rank: one all-gather each
+        module.unshard()
+        module.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield model
+    finally:
+        for module in sharded:
+            # shard()'s setting back: the blocks reshard after forward, the root (which
+            # the backward needs first) does not.
+            module.set_reshard_after_forward(module is not model, recurse=False)
+            module.reshard()
 
 
 def _check_wrappable(model: object) -> None:

@@ -1041,8 +1041,16 @@ def test_a_nul_byte_is_refused_with_its_line():
     ],
 )
 def test_unreadable_sources_say_what_and_where(source, says):
-    with pytest.raises(ParseFailure) as error:
-        port_source(source, "train.py")
+    # Python's default recursion limit, as `devicekit port` runs with: how deep the parser
+    # and libcst may nest depends on it, and a Hypothesis test that ran before in this
+    # worker may have left it raised.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        with pytest.raises(ParseFailure) as error:
+            port_source(source, "train.py")
+    finally:
+        sys.setrecursionlimit(limit)
     assert says in assert_usage_line(error.value, ["train.py"])
 
 

@@ -157,6 +157,30 @@ _ONE_PROCESS = """
         for name in ("exp_avg", "exp_avg_sq"):
             ours = again_optimizer.state[p][name].full_tensor()
             torch.testing.assert_close(ours, ddp_optimizer.state[q][name], rtol=0, atol=0)
+
+    # A trainer's own format: the state_dicts an unsharded run saves, and back.
+    weights = devicekit.model_state_dict(again)
+    moments = devicekit.optimizer_state_dict(again_optimizer, again)
+    torch.save({"model": weights, "optimizer": moments}, "own.pt")
+    plain = Net()
+    plain.load_state_dict(torch.load("own.pt", weights_only=True)["model"])
+    plain_optimizer = torch.optim.AdamW(plain.parameters(), lr=0.1)
+    plain_optimizer.load_state_dict(torch.load("own.pt", weights_only=True)["optimizer"])
+    print("own format", devicekit.fingerprint(plain), sorted(plain_optimizer.state_dict()["state"]))
+    third = devicekit.shard(Net(), mixed_precision=False)
+    third_optimizer = torch.optim.AdamW(third.parameters(), lr=0.1)
+    devicekit.load_model_state_dict(third, weights)
+    devicekit.load_optimizer_state_dict(third_optimizer, third, moments)
+    print("own format back", devicekit.fingerprint(third), len(third_optimizer.state))
+
+    # Whole inside unsharded(): its forward passes gather nothing; sharded again after.
+    with torch.no_grad(), devicekit.unsharded(third) as whole:
+        inside = [type(p).__name__ for p in whole.parameters()][:1]
+        expected = plain(x)
+        torch.testing.assert_close(whole(x), expected)
+    third(x).square().sum().backward()
+    third_optimizer.step()
+    print("unsharded", inside, type(next(third.parameters())).__name__)
 """
 
 
@@ -182,6 +206,22 @@ def test_checkpoints_move_between_ddp_and_sharded_runs(one_process):
     fingerprint = printed.split("fingerprint ", 1)[1].split()[0]
     assert f"ddp from folder {fingerprint}" in printed, printed
     assert f"sharded from file {fingerprint} {{'step': 8}}" in printed, printed
+
+
+def test_a_trainers_own_format_saves_what_an_unsharded_run_saves_and_loads_back(one_process):
+    """model_state_dict and optimizer_state_dict of a sharded model: a plain file that a
+    plain model and optimizer load (the optimizer's keyed by position); loaded back into a
+    sharded model with load_model_state_dict and load_optimizer_state_dict."""
+    _, printed = one_process
+    fingerprint = printed.split("fingerprint ", 1)[1].split()[0]
+    positions = list(range(len(list(Net().parameters()))))
+    assert f"own format {fingerprint} {positions}" in printed, printed
+    assert f"own format back {fingerprint} {len(positions)}" in printed, printed
+
+
+def test_an_unsharded_model_is_whole_inside_and_trains_sharded_after(one_process):
+    _, printed = one_process
+    assert "unsharded ['Parameter'] DTensor" in printed, printed
 
 
 def test_the_full_weights_file_loads_with_plain_torch(one_process):

@@ -248,9 +248,9 @@ SHAPES_ARGS = [
 WORLDS = {1: "single", 2: "torchrun", 3: "spawn"}
 
 
-def expected_accuracy(checkpoint_path, val_dir):
+def expected_accuracy(checkpoint_path, val_dir, arch="tinynet"):
     """Acc@1 and Acc@5 of the checkpoint over every val image, computed here in one pass."""
-    model = models.create("tinynet", num_classes=SHAPES_CLASSES)
+    model = models.create(arch, num_classes=SHAPES_CLASSES)
     model.load_state_dict(
         torch.load(checkpoint_path, map_location="cpu", weights_only=True)["state_dict"]
     )
@@ -322,6 +322,46 @@ def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
     text = results[0].stdout
     assert_started_as(text, "spawn", 3)
     assert printed_accuracies(text) == [(f"{acc1:.3f}", f"{acc5:.3f}")], text
+
+
+@pytest.mark.slow
+def test_shard_trains_validates_unevenly_split_ranks_and_resumes_from_one_plain_file(tmp_path):
+    """main.py --shard on 2 ranks, resnet18 (its 8 blocks sharded each on its own):
+    validation of 25 images split 13/12 (5 batches on one rank, 4 on the other; without
+    devicekit.unsharded each forward gathers every block from both ranks, and the run
+    fails) counts each once; the checkpoint is one plain file, a full state_dict and a full
+    optimizer state, that a plain model loads; --shard resumes from it under another
+    launcher."""
+    shapes = make_demo_dataset(
+        tmp_path / "shapes",
+        num_classes=SHAPES_CLASSES,
+        train_per_class=SHAPES_TRAIN_PER_CLASS,
+        val_per_class=SHAPES_VAL_PER_CLASS,
+        image_size=32,
+    )
+    output = tmp_path / "out"
+    common = [shapes, *SHAPES_ARGS, "-a", "resnet18", "--shard", "--steps-per-epoch", "2"]
+    common += ["--output-dir", output]
+    first = run_training("torchrun", [*common, "--epochs", "1"], tmp_path / "first", 2)
+    assert_started_as(first[0].stdout, "torchrun", 2)
+    (row,) = read_metrics(output)
+    assert row["val_samples"] == SHAPES_VAL and row["world_size"] == 2, row
+    saved = load_checkpoint(output)
+    assert set(saved) == CHECKPOINT_KEYS, set(saved)
+    acc1, acc5 = expected_accuracy(output / state.CHECKPOINT, Path(shapes) / "val", "resnet18")
+    assert printed_accuracies(first[0].stdout) == [(f"{acc1:.3f}", f"{acc5:.3f}")]
+    parameters = list(models.create("resnet18", SHAPES_CLASSES).parameters())
+    assert sorted(saved["optimizer"]["state"]) == list(range(len(parameters)))
+    for index, parameter in enumerate(parameters):
+        assert saved["optimizer"]["state"][index]["momentum_buffer"].shape == parameter.shape
+
+    resume = ["--epochs", "2", "--resume", output / state.CHECKPOINT]
+    second = run_training("spawn", [*common, *resume], tmp_path / "second", 2)
+    text = second[0].stdout
+    assert re.search(r"^=> resumed .* at epoch 1, step 0$", text, re.M), text
+    assert "Epoch: [0]" not in text and "Epoch: [1]" in text, text
+    assert load_checkpoint(output)["epoch"] == 2
+    assert [row["epoch"] for row in read_metrics(output)] == [0, 1]
 
 
 @pytest.mark.slow

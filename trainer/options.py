@@ -267,6 +267,13 @@ def build_parser():
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument(
+        "--shard",
+        action="store_true",
+        help="split the model's parameters, gradients and optimizer state across the "
+        "ranks (devicekit.shard, FSDP2) instead of a copy on each (DDP); checkpoints "
+        "stay one file that either way resumes",
+    )
+    p.add_argument(
         "--save-every",
         type=int,
         default=None,

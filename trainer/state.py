@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import torch
 
+import devicekit
 from devicekit import checkpoint
 from devicekit.errors import UsageError
 
@@ -61,9 +62,9 @@ def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
         "epoch": int(position.epoch),
         "step": int(position.step),
         "arch": arch,
-        "state_dict": checkpoint.strip_prefix(model.state_dict()),
+        "state_dict": devicekit.model_state_dict(model),
         "best_acc1": float(position.best_acc1),
-        "optimizer": optimizer.state_dict(),
+        "optimizer": devicekit.optimizer_state_dict(optimizer, model),
         "scheduler": scheduler.state_dict(),
     }
     if scaler.is_enabled():
@@ -92,11 +93,11 @@ def resume(path, arch, model, optimizer, scheduler, scaler):
             f"pass --arch {state['arch']}"
         )
     checkpoint.load_state_dict_into(model, state["state_dict"], source)
-    _load_into(optimizer, state["optimizer"], "optimizer", source)
+    _load_into(optimizer, state["optimizer"], "optimizer", source, model)
     if "scheduler" in state:
-        _load_into(scheduler, state["scheduler"], "scheduler", source)
+        _load_into(scheduler, state["scheduler"], "scheduler", source, model)
     if scaler.is_enabled() and state.get("scaler"):
-        _load_into(scaler, state["scaler"], "scaler", source)
+        _load_into(scaler, state["scaler"], "scaler", source, model)
     return position
 
 
@@ -145,15 +146,18 @@ def _position(state, source):
     return Position(epoch, step, float(best), rng_states, totals)
 
 
-def _load_into(target, state_dict, key, source):
-    """`target.load_state_dict(state_dict)`; a state of another optimizer, schedule or shape
-    is a UsageError naming `key`."""
+def _load_into(target, state_dict, key, source, model):
+    """`state_dict` loaded into `target` (the optimizer of `model`, sharded or not, its
+    schedule or loss scaler); a state of another optimizer, schedule or shape is a
+    UsageError naming `key`."""
     if not isinstance(state_dict, dict):
         raise _not_written_by_main(source, f"its {key} is a {type(state_dict).__name__}")
     try:
-        target.load_state_dict(state_dict)
         if isinstance(target, torch.optim.Optimizer):
+            devicekit.load_optimizer_state_dict(target, model, state_dict)
             _check_optimizer(target)
+        else:
+            target.load_state_dict(state_dict)
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError) as error:
         reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
         reason = f"{type(error).__name__}: {reason}" if reason else type(error).__name__

@@ -248,6 +248,17 @@ SHAPES_ARGS = [
 WORLDS = {1: "single", 2: "torchrun", 3: "spawn"}
 
 
+def shapes_dataset(tmp_path):
+    """The demo's shapes as an ImageFolder in `tmp_path`, 25 validation images; its root."""
+    return make_demo_dataset(
+        tmp_path / "shapes",
+        num_classes=SHAPES_CLASSES,
+        train_per_class=SHAPES_TRAIN_PER_CLASS,
+        val_per_class=SHAPES_VAL_PER_CLASS,
+        image_size=32,
+    )
+
+
 def expected_accuracy(checkpoint_path, val_dir, arch="tinynet"):
     """Acc@1 and Acc@5 of the checkpoint over every val image, computed here in one pass."""
     model = models.create(arch, num_classes=SHAPES_CLASSES)
@@ -275,13 +286,7 @@ def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
     gives its checkpoint (which holds the weights it validated), so no sample was dropped
     or counted twice by any world size's split; and so does --evaluate of a checkpoint on
     another number of ranks."""
-    shapes = make_demo_dataset(
-        tmp_path / "shapes",
-        num_classes=SHAPES_CLASSES,
-        train_per_class=SHAPES_TRAIN_PER_CLASS,
-        val_per_class=SHAPES_VAL_PER_CLASS,
-        image_size=32,
-    )
+    shapes = shapes_dataset(tmp_path)
     for world, launcher in WORLDS.items():
         output = tmp_path / f"train{world}" / "out"
         results = run_training(
@@ -332,13 +337,7 @@ def test_shard_trains_validates_unevenly_split_ranks_and_resumes_from_one_plain_
     fails) counts each once; the checkpoint is one plain file, a full state_dict and a full
     optimizer state, that a plain model loads; --shard resumes from it under another
     launcher."""
-    shapes = make_demo_dataset(
-        tmp_path / "shapes",
-        num_classes=SHAPES_CLASSES,
-        train_per_class=SHAPES_TRAIN_PER_CLASS,
-        val_per_class=SHAPES_VAL_PER_CLASS,
-        image_size=32,
-    )
+    shapes = shapes_dataset(tmp_path)
     output = tmp_path / "out"
     common = [shapes, *SHAPES_ARGS, "-a", "resnet18", "--shard", "--steps-per-epoch", "2"]
     common += ["--output-dir", output]

@@ -677,7 +677,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", &get_device_count);
   m.def("host_view", &host_view_of);
   m.def("set_capacity", &set_capacity);
-  m.def("capacity", [] { return capacity.load(); });
   m.def("memory_usage", &memory_usage);
   m.def("reset_peak", &reset_peak);
 }

@@ -10,6 +10,7 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.multiprocessing
 
+from devicekit import runtime
 from devicekit.environments import ALL_VARIABLES
 from devicekit.preflight.recording import Recorder, Recording, StopRecording
 
@@ -25,11 +26,32 @@ class Outcome:
         self.state, self.error, self.where, self.exit_code = state, error, where, exit_code
 
 
+# What torchrun gives a world of one: a script that reads LOCAL_RANK itself finds it.
+_RANK_OF_ONE = {
+    "RANK": "0",
+    "LOCAL_RANK": "0",
+    "WORLD_SIZE": "1",
+    "LOCAL_WORLD_SIZE": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+def _backend_here(backend: object) -> str:
+    """The backend the script asked for where this machine has it (gloo, or the npu
+    stand-in's hccl), else gloo: a world of one needs no GPU's backend to be recorded."""
+    if backend is not None and dist.is_backend_available(str(backend)):
+        return str(backend)
+    return "gloo"
+
+
 def _world_of_one() -> Callable[[], object]:
-    """No launcher variables; devicekit.launch() and a script's own mp.spawn run one rank
-    here; init_process_group joins a group of one."""
+    """The script sees one rank of a torchrun run (_RANK_OF_ONE), devicekit's launcher
+    detection sees no launcher at all (devicekit.launch() and a script's own mp.spawn run
+    one rank here), and init_process_group joins a group of one on the backend asked for."""
     for name in ALL_VARIABLES:
         os.environ.pop(name, None)
+    os.environ.update(_RANK_OF_ONE)
     os.environ["DEVICEKIT_NPROC_PER_NODE"] = "1"
     undo: list[Callable[[], None]] = []
 
@@ -56,10 +78,20 @@ def _world_of_one() -> Callable[[], object]:
         timeout: timedelta | None = None,
         **kwargs: object,
     ) -> None:
-        init(backend="gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        init(
+            backend=_backend_here(backend),
+            store=dist.HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+        )
+
+    def launcher_environ() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if _RANK_OF_ONE.get(k) != v}
 
     patch(torch.multiprocessing, "spawn", spawn)
     patch(dist, "init_process_group", init_process_group)
+    patch(runtime, "launcher_environ", launcher_environ)
     return lambda: [step() for step in reversed(undo)]
 
 

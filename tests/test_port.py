@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ROOT, clean_environ
 from devicekit.environments import find_free_port
@@ -261,6 +262,27 @@ REWRITES = (
             "else None)",
         ),
         (
+            "FSDP device_id, sync_module_states",
+            "m = torch.distributed.fsdp.FullyShardedDataParallel(m, "
+            "device_id=torch.cuda.current_device(), sync_module_states=True)",
+            "m = torch.distributed.fsdp.FullyShardedDataParallel(m, "
+            "device_id=devicekit.device(), sync_module_states=devicekit.is_available())",
+        ),
+        (
+            "FSDP device_id rank, sync flag",
+            "m = torch.distributed.fsdp.FullyShardedDataParallel(m, device_id=local_rank, "
+            "sync_module_states=args.sync)",
+            "m = torch.distributed.fsdp.FullyShardedDataParallel(m, "
+            "device_id=devicekit.device(local_rank), "
+            "sync_module_states=args.sync and devicekit.is_available())",
+        ),
+        (
+            "FullStateDictConfig offload_to_cpu",
+            "c = torch.distributed.fsdp.FullStateDictConfig(offload_to_cpu=True, rank0_only=True)",
+            "c = torch.distributed.fsdp.FullStateDictConfig("
+            "offload_to_cpu=devicekit.is_available(), rank0_only=True)",
+        ),
+        (
             "map_location='cuda:0'",
             "c = torch.load(p, map_location='cuda:0')",
             "c = torch.load(p, map_location=devicekit.device(0))",
@@ -389,6 +411,8 @@ def test_each_plugin_registers_rules_and_names_their_ids():
         "grad_scaler",
         "init_process_group",
         "ddp_device_ids",
+        "fsdp_device_id",
+        "fsdp_state_dict_offload",
         "spawn_launch",
         "destroy_process_group",
         "torch_cuda_call",
@@ -412,6 +436,8 @@ UNCHANGED = [
     "c = torch.load(p, map_location=lambda s, loc: s)",
     "dl = DataLoader(ds, pin_memory=False)",
     "m = DDP(m)",
+    "m = torch.distributed.fsdp.FullyShardedDataParallel(m, sync_module_states=False)",
+    "c = torch.distributed.fsdp.FullOptimStateDictConfig(offload_to_cpu=True)",
     "os.environ['NCCL_DEBUG'] = 'INFO'",
     "p.add_argument('--local_rank', '--local-rank', type=int)",
     "mp.spawn(f, args=(1,), nprocs=2)",
@@ -1216,6 +1242,7 @@ CORPUS_REPORTS = {
     ),
     "rank_as_device.py": ([], []),
     "fsdp2_blocks.py": ([], []),
+    "fsdp1_wrap.py": ([], []),
     # Ascend-only, in the style of ModelZoo's scripts
     "ascend_ddp.py": ([], []),
 }
@@ -1490,6 +1517,39 @@ def test_fsdp2_blocks_runs_sharded_on_the_npu_stand_in(ported_corpus, tmp_path):
     assert float(final) < float(first) / 2, result.stdout
     assert float(peak) > 0, "the stand-in counted no npu memory"
     assert (folder / ".metadata").is_file()
+
+
+@pytest.mark.slow
+def test_fsdp2_blocks_preflights_clean_on_the_npu_stand_in(ported_corpus, tmp_path):
+    """preflight runs the torchrun script (it reads LOCAL_RANK itself) as one rank of the
+    npu stand-in, over its hccl: FSDP's collectives are not reported as CPU fallbacks."""
+    report = tmp_path / "report.json"
+    script = ported_corpus / "fsdp2_blocks.py"
+    args = ["--json", report, "--npu-stand-in", script, "--steps", 3, "--ckpt", tmp_path / "c"]
+    result = subprocess.run(
+        [sys.executable, "-m", "devicekit", "preflight", *map(str, args)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "final loss" in result.stdout, result.stdout
+    findings = json.loads(report.read_text())
+    assert (findings["steps"], findings["findings"]) == (3, []), findings
+
+
+@pytest.mark.slow
+def test_fsdp1_wrap_runs_sharded_on_the_cpu(ported_corpus, tmp_path):
+    """FSDP1 with device_id=torch.cuda.current_device(), sync_module_states=True and a
+    full state dict offloaded to the host, ported, under torchrun on 2 CPU ranks; the
+    saved weights load with plain torch.load."""
+    script, saved = ported_corpus / "fsdp1_wrap.py", tmp_path / "full.pt"
+    result = run(tmp_path, "fsdp1", "torchrun", script, "--save", saved)
+    [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
+    assert float(final) < float(first) / 2, result.stdout
+    weights = torch.load(saved, weights_only=True)["model"]
+    assert weights["out.weight"].shape == (1, 48) and len(weights) == 20, list(weights)
 
 
 @pytest.mark.slow

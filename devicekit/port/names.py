@@ -90,6 +90,14 @@ DDP = {
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
 }
+FSDP = {
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+}
+FSDP_FULL_STATE_DICT_CONFIG = {
+    "torch.distributed.fsdp.FullStateDictConfig",
+    "torch.distributed.fsdp.api.FullStateDictConfig",
+}
 SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
 DESTROY = {
     "torch.distributed.destroy_process_group",
@@ -122,6 +130,19 @@ NPU_GRAD_SCALER_PARAMS = (
 )
 SPAWN_PARAMS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
 DDP_PARAMS = ("module", "device_ids", "output_device")
+FSDP_PARAMS = (
+    "module",
+    "process_group",
+    "sharding_strategy",
+    "cpu_offload",
+    "auto_wrap_policy",
+    "backward_prefetch",
+    "mixed_precision",
+    "ignored_modules",
+    "param_init_fn",
+    "device_id",
+    "sync_module_states",
+)
 TORCH_DEVICE_PARAMS = ("type", "index")
 
 # Rank-like integers: `x.to(local_rank)` means `x.to("cuda:<local_rank>")`.

@@ -240,6 +240,24 @@ class PortTransformer(cst.CSTTransformer):
             call = replace_arg_value(call, arg, guarded)
         return call
 
+    @staticmethod
+    def accelerator_flag(call: cst.Call, arg: cst.Arg | None) -> cst.Call:
+        """`call` with flag `arg` (if given and not False) true only where there is an
+        accelerator: `True` -> `devicekit.is_available()`, `x` -> `x and
+        devicekit.is_available()`."""
+        if arg is None or m.matches(arg.value, m.Name("False")):
+            return call
+        last = arg.value.right if isinstance(arg.value, cst.BooleanOperation) else arg.value
+        if is_devicekit_call(last, "is_available"):  # ported already
+            return call
+        available = devicekit_call("is_available")
+        value: cst.BaseExpression = (
+            available
+            if m.matches(arg.value, m.Name("True"))
+            else cst.BooleanOperation(left=arg.value, operator=cst.And(), right=available)
+        )
+        return replace_arg_value(call, arg, value)
+
     # -- dispatch to the plugins --------------------------------------------------------
 
     # Each node type's rules return what libcst takes in its place, as the leave_* types of

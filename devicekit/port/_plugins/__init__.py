@@ -117,6 +117,8 @@ PLUGINS = [
         "grad_scaler",
         "init_process_group",
         "ddp_device_ids",
+        "fsdp_device_id",
+        "fsdp_state_dict_offload",
         "spawn_launch",
         "destroy_process_group",
         "torch_cuda_api",

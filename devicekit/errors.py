@@ -100,17 +100,23 @@ def exit_on_usage_error(func: Callable[_P, _R]) -> Callable[_P, _R]:
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return func(*args, **kwargs)
-        except UsageError as error:
-            say(f"error: {error}")
-            sys.exit(EXIT_USAGE)
-        except (RuntimeError, MemoryError) as error:
-            message = out_of_memory(error)
-            if message is None:
+        except (UsageError, RuntimeError, MemoryError) as error:
+            line = usage_line(error)
+            if line is None:
                 raise
-            say(f"error: {message}")
+            say(line)
             sys.exit(EXIT_USAGE)
 
     return wrapper
+
+
+def usage_line(error: BaseException) -> str | None:
+    """The one line that ends a run on `error` with exit code 2 (a UsageError, or running
+    out of memory on any device); None for any other error."""
+    if isinstance(error, UsageError):
+        return f"error: {error}"
+    message = out_of_memory(error)
+    return None if message is None else f"error: {message}"
 
 
 def report_usage_errors() -> None:
@@ -124,13 +130,10 @@ def report_usage_errors() -> None:
     def hook(
         kind: type[BaseException], error: BaseException, traceback: TracebackType | None
     ) -> None:
-        if issubclass(kind, UsageError):
-            say(f"error: {error}")
+        line = usage_line(error)
+        if line is not None:
+            say(line)
             raise SystemExit(EXIT_USAGE)  # Python exits with the code a hook raises
-        message = out_of_memory(error)
-        if message is not None:
-            say(f"error: {message}")
-            raise SystemExit(EXIT_USAGE)
         previous(kind, error, traceback)
 
     sys.excepthook = hook

@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from devicekit import runtime
 from devicekit.distributed import destroy_process_group
 from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
-from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error, say
+from devicekit.errors import EXIT_USAGE, UsageError, exit_on_usage_error, say, usage_line
 from devicekit.kinds.base import DeviceKind
 
 NPROC_ENV = "DEVICEKIT_NPROC_PER_NODE"
@@ -184,13 +184,19 @@ def _child(
         try:
             return fn(*fn_args)
         except BaseException as error:
-            # When it failed, before leaving the group makes the other ranks fail too.
-            if not (isinstance(error, SystemExit) and error.code in (0, None)):
-                path = os.path.join(failures, str(index))
-                with open(f"{path}.tmp", "w", encoding="ascii") as stamp:
-                    stamp.write(repr(time.time()))
-                os.replace(f"{path}.tmp", path)  # the parent never reads half a time
-            raise
+            if isinstance(error, SystemExit) and error.code in (0, None):
+                raise
+            # When it failed, before leaving the group makes the other ranks fail too; and
+            # its one line, which the parent prints for the first rank that failed only
+            # (ranks that run out of memory together would each say so).
+            line = usage_line(error)
+            path = os.path.join(failures, str(index))
+            with open(f"{path}.tmp", "w", encoding="utf-8") as stamp:
+                stamp.write(repr(time.time()) + "\n" + (line or ""))
+            os.replace(f"{path}.tmp", path)  # the parent never reads half a stamp
+            if line is None:
+                raise
+            raise SystemExit(EXIT_USAGE) from None
 
     exit_on_usage_error(_run_here)(timed, args, ctx)
 
@@ -245,12 +251,12 @@ def _supervise(
                 index = running.pop(sentinel)
                 procs[index].join()
                 if procs[index].exitcode != 0:
-                    first = _first_failure(procs, failures)
+                    first, line = _first_failure(procs, failures)
                     procs[first].join(STOP_GRACE_S)  # its traceback, its own exit code
                     _stop(procs)
                     code = procs[first].exitcode
                     assert code is not None  # _stop() joined every rank
-                    raise _failure(first, code)
+                    raise _failure(first, code, line)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -258,24 +264,34 @@ def _supervise(
         shutil.rmtree(failures, ignore_errors=True)
 
 
-def _first_failure(procs: Sequence[BaseProcess], failures: str) -> int:
-    """The rank whose failure came first among those that failed so far: a rank killed by
-    a signal (it had no time to say), else the earliest one (the others typically failed
-    because it left the collective)."""
-    failed_at: dict[int, float] = {}
+def _stamps(failures: str) -> dict[int, tuple[float, str]]:
+    """{local rank: (when it failed, its one line or "")} of the ranks that said so."""
+    stamps: dict[int, tuple[float, str]] = {}
     for name in os.listdir(failures):
         if name.isdigit():
-            with open(os.path.join(failures, name), encoding="ascii") as stamp:
-                failed_at[int(name)] = float(stamp.read())
-    failed = [i for i, proc in enumerate(procs) if proc.exitcode not in (None, 0) or i in failed_at]
-    killed = [i for i in failed if (procs[i].exitcode or 0) < 0 and i not in failed_at]
-    return killed[0] if killed else min(failed, key=lambda i: failed_at.get(i, float("inf")))
+            with open(os.path.join(failures, name), encoding="utf-8") as stamp:
+                when, _, line = stamp.read().partition("\n")
+            stamps[int(name)] = (float(when), line)
+    return stamps
 
 
-def _failure(index: int, code: int) -> RankFailed:
+def _first_failure(procs: Sequence[BaseProcess], failures: str) -> tuple[int, str]:
+    """The rank whose failure came first among those that failed so far (a rank killed by
+    a signal, which had no time to say, else the earliest one: the others typically failed
+    because it left the collective), and its one line ("" if it has none)."""
+    stamps = _stamps(failures)
+    failed = [i for i, proc in enumerate(procs) if proc.exitcode not in (None, 0) or i in stamps]
+    killed = [i for i in failed if (procs[i].exitcode or 0) < 0 and i not in stamps]
+    first = killed[0] if killed else min(failed, key=lambda i: stamps.get(i, (float("inf"), ""))[0])
+    return first, stamps.get(first, (0.0, ""))[1]
+
+
+def _failure(index: int, code: int, line: str) -> RankFailed:
     if code < 0:
         failure = RankFailed(index, 1, f"was killed by {signal.Signals(-code).name}")
     elif code == EXIT_USAGE:
+        if line:
+            say(line)
         return RankFailed(index, code, "stopped on a usage error (above)")
     else:
         failure = RankFailed(

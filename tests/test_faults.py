@@ -24,12 +24,14 @@ import shlex
 import shutil
 import signal
 import socket
+import sys
 import time
 
 import pytest
 
 from devicekit.environments import find_free_port
-from support.launchers import MAIN, PY, commands, log_dir
+from support.launchers import MAIN, PY, commands, log_dir, script
+from support.paths import REPO
 from support.processes import taken_port
 from support.runs import tiny_args
 from support.time_limit import _hard_time_limit, time_limit  # noqa: F401  (autouse fixture)
@@ -41,6 +43,7 @@ from support.two_nodes import (  # noqa: F401  (the fixture two_namespaces)
 )
 
 WRITER = FAULT_DIR / "checkpoint_writer.py"
+EXAMPLES = REPO / "examples"
 
 pytestmark = pytest.mark.slow
 
@@ -421,6 +424,41 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         run.wait("final", 30)
     assert _check_checkpoint(target, numel) > previous_epoch
+
+
+@time_limit(240)
+def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_path):
+    """gpt_pretrain --strategy shard on 2 ranks saves its checkpoint folder every iteration;
+    rank 1 is SIGKILLed in the second save, its shard file written, the metadata not yet.
+    The run ends naming rank 1, and the folder still holds the first save, whole: it loads
+    here, into a plain model. (The next save replaces the half-written folder: the
+    one-process run of tests/test_sharding.py saves over one.)"""
+    import torch
+
+    import devicekit
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from gpt_pretrain import TinyGPT
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    out, stamp = tmp_path / "gpt", tmp_path / "fault.json"
+    args = ["--strategy", "shard", "--no-amp", "--batch-size", "4", "--iters", "2"]
+    args += ["--save-every", "1", "--out", out]
+    (command,) = commands("python", script(EXAMPLES / "gpt_pretrain.py"), args, NPROC, tmp_path)
+    fault = {"kind": "kill-in-save", "rank": FAULT_RANK, "at_save": 2, "stamp": stamp}
+    with Tracked(tmp_path) as run:
+        run.start("killed", command.argv, run.env(fault, **command.env))
+        killed, _ = run.wait("killed", 150)
+        run.wait_all_gone(GONE_BOUND_S)
+    assert json.loads(stamp.read_text())["rank"] == FAULT_RANK, killed
+    line = f"error: local rank {FAULT_RANK} was killed by SIGKILL"
+    assert killed.returncode == 1 and line in killed.stderr, killed
+    partial = {p.name for p in out.with_name("gpt.partial").iterdir()}
+    assert "__1_0.distcp" in partial and ".metadata" not in partial, partial
+    model = TinyGPT()
+    assert devicekit.load_checkpoint(out, into={"model": model})["iter"] == 1
+    assert all(torch.isfinite(t).all() for t in model.state_dict().values())
 
 
 # -- 5. two nodes in network namespaces --------------------------------------------------------

@@ -115,8 +115,11 @@ def test_shard_before_init_distributed_in_a_world_of_two_is_refused(monkeypatch)
 
 # One process (a group of one, joined by shard() itself): recomputed blocks give the
 # unsharded model's gradients; a second shard() and wrap_ddp() on the result are refused;
-# a checkpoint folder, and the full weights as one plain file.
+# a checkpoint folder (over what a save killed before it left), and the full weights as
+# one plain file.
 _ONE_PROCESS = """
+    import os
+
     import torch
 
     import devicekit
@@ -138,6 +141,9 @@ _ONE_PROCESS = """
             print("refused:", error)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     optimizer.step()
+    os.mkdir("ckpt.partial")  # a save killed after rank 1 wrote its shard
+    with open("ckpt.partial/__1_0.distcp", "wb") as half:
+        half.write(b"half")
     devicekit.save_checkpoint("ckpt", {"model": model, "optimizer": optimizer, "step": 7})
     devicekit.save_checkpoint("weights.pt", model)
     print("fingerprint", devicekit.fingerprint(model))
@@ -240,6 +246,7 @@ def test_a_folder_loads_into_a_plain_model_and_returns_its_values(one_process):
     )
     assert values == {"step": 7}
     assert f"fingerprint {devicekit.fingerprint(model)}" in printed, printed
+    assert not (folder / "ckpt.partial").exists(), "the killed save's folder is left"
     assert len(optimizer.state) == len(list(model.parameters()))
     with pytest.raises(devicekit.UsageError, match=r"sharded checkpoint folder: load it into"):
         devicekit.load_checkpoint(folder / "ckpt")

@@ -11,6 +11,11 @@ fired before, in a run that has since been restarted, and nothing happens) and t
     FAULT_KIND=kill   sends itself SIGKILL (a crash no Python code sees), or
     FAULT_KIND=raise  raises RuntimeError("injected fault") (an ordinary Python error).
 
+With FAULT_KIND=kill-in-save, torch.distributed.checkpoint's file-system writer is wrapped
+instead: in rank FAULT_RANK, the FAULT_AT_SAVE-th save of a checkpoint folder writes this
+rank's files, stamps (step: the save's number) and sends itself SIGKILL, before the
+checkpoint's metadata is written.
+
 The production code has no hook for this: the module is patched from outside.
 """
 
@@ -41,7 +46,7 @@ def _fault_now(rank, step):
                 handle,
             )
         os.replace(tmp, stamp)  # the test never reads half a stamp
-    if _KIND == "kill":
+    if _KIND in ("kill", "kill-in-save"):
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
@@ -54,7 +59,7 @@ def _rank():
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
 
 
-def _patch(loop):
+def _patch_loop(loop):
     fault_rank = int(os.environ.get("FAULT_RANK", "1"))
     fault_step = int(os.environ.get("FAULT_AT_STEP", "1"))
     state = {"training": False, "steps": 0}
@@ -79,13 +84,31 @@ def _patch(loop):
     loop.train_one_epoch, loop.prepare_batch = wrapped_train_one_epoch, wrapped_prepare_batch
 
 
-class _PatchTrainerLoop:
+def _patch_writer(filesystem):
+    fault_rank = int(os.environ.get("FAULT_RANK", "1"))
+    fault_save = int(os.environ.get("FAULT_AT_SAVE", "1"))
+    state = {"saves": 0}
+    write_data = filesystem._FileSystemWriter.write_data
+
+    def wrapped_write_data(self, plan, planner):
+        written = write_data(self, plan, planner)
+        state["saves"] += 1
+        if state["saves"] == fault_save and _rank() == fault_rank:
+            written.wait()  # this rank's files are on disk
+            _fault_now(fault_rank, fault_save)
+        return written
+
+    filesystem._FileSystemWriter.write_data = wrapped_write_data
+
+
+class _PatchOnImport:
     """A meta-path finder that lets the normal finders load the target module, then patches it."""
 
-    TARGET = "trainer.loop"
+    def __init__(self, target, patch):
+        self.target, self.patch = target, patch
 
     def find_spec(self, name, path, target=None):
-        if name != self.TARGET:
+        if name != self.target:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -99,11 +122,16 @@ class _PatchTrainerLoop:
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch(module)
+            self.patch(module)
 
         spec.loader.exec_module = exec_and_patch  # this spec's own loader instance
         return spec
 
 
-if _KIND in ("kill", "raise") and not any(isinstance(f, _PatchTrainerLoop) for f in sys.meta_path):
-    sys.meta_path.insert(0, _PatchTrainerLoop())
+if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+    if _KIND in ("kill", "raise"):
+        sys.meta_path.insert(0, _PatchOnImport("trainer.loop", _patch_loop))
+    elif _KIND == "kill-in-save":
+        sys.meta_path.insert(
+            0, _PatchOnImport("torch.distributed.checkpoint.filesystem", _patch_writer)
+        )

@@ -75,6 +75,7 @@ def train(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> None:
         )
     if ctx.is_main:
         os.makedirs(args.output_dir, exist_ok=True)
+        state.remove_leftovers(args.output_dir)
     with observe.observing(args, ctx.is_main, setup.steps_per_epoch) as observer:
         while position.epoch < args.epochs:
             position = run_epoch(ctx, args, setup, position, observer)

@@ -12,9 +12,11 @@ import hashlib
 import os
 import pickle
 import shutil
+import signal
 import tempfile
+import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO, TypeVar
 
 import torch
@@ -236,25 +238,73 @@ def copy_atomic(source: str, path: str) -> None:
 def _write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    prefix = f".{os.path.basename(path)}."
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the group
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with _stop_signals_raise():
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
+            with os.fdopen(fd, "wb") as handle:
+                write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     fsync_dir(directory)
-    # Temporary files of writers that were killed mid-write are garbage now.
-    for name in os.listdir(directory):
-        if name.startswith(prefix) and name.endswith(".tmp"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
+    remove_leftovers(path)  # of writers killed mid-write: garbage now
+
+
+def _temporary_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}."
+
+
+def remove_leftovers(path: str | os.PathLike[str]) -> None:
+    """Remove the temporary files that writes of `path` killed midway (SIGKILL, a power
+    cut) left beside it."""
+    directory, prefix = os.path.dirname(os.path.abspath(path)), _temporary_prefix(os.fspath(path))
+    with contextlib.suppress(OSError):  # no folder: nothing left
+        for name in os.listdir(directory):
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
+
+
+class _Stopped(BaseException):
+    """A stop signal that came during a checkpoint write."""
+
+
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """While a file is written, SIGTERM and SIGHUP (how launchers stop ranks, the terminal
+    closing), whose default action ends the process on the spot, raise instead, so that the
+    temporary file is removed; then the signal is given again with its default action, and
+    the process ends as it would have. A handler of the script's own stays as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can set handlers (and runs them)
+        return
+    came: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        came.append(signum)
+        if len(came) == 1:  # a second one (launchers repeat theirs) must not cut the undoing
+            raise _Stopped
+
+    previous = {
+        signum: signal.signal(signum, stop)
+        for signum in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(signum) is signal.SIG_DFL
+    }
+    try:
+        yield
+    except _Stopped:
+        pass  # the write is undone; the signal ends the process below
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if came:
+            os.kill(os.getpid(), came[0])
+            raise SystemExit(128 + came[0])  # only where the signal is blocked
 
 
 def _umask() -> int:

@@ -12,10 +12,12 @@ import multiprocessing.connection
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any, NoReturn, TypeVar
@@ -242,6 +244,7 @@ def _supervise(
         else {}
     )
     try:
+        _start_quiet_resource_tracker()
         for proc in procs:
             proc.start()
         running = {proc.sentinel: index for index, proc in enumerate(procs)}
@@ -273,6 +276,19 @@ def _stamps(failures: str) -> dict[int, tuple[float, str]]:
                 when, _, line = stamp.read().partition("\n")
             stamps[int(name)] = (float(when), line)
     return stamps
+
+
+def _start_quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker, which the ranks share, without its warning
+    of "leaked semaphore objects": a rank stopped by a signal leaves its loader queues'
+    semaphores to the tracker, which removes them, as is its job (the warning would follow
+    every run stopped by Ctrl-C). A tracker already running is left as it is."""
+    option = "ignore::UserWarning:multiprocessing.resource_tracker"
+    sys.warnoptions.append(option)  # the tracker's interpreter is started with these
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(option)
 
 
 def _first_failure(procs: Sequence[BaseProcess], failures: str) -> tuple[int, str]:

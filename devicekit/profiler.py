@@ -11,9 +11,11 @@ script profiles wherever it runs:
 """
 
 import os
+import types
+from typing import Any
 
-from devicekit import runtime
-from devicekit.errors import UsageError
+from devicekit import runtime, writable
+from devicekit.errors import UsageError, warn
 from devicekit.kinds.base import Profiler
 
 
@@ -33,6 +35,11 @@ def profile(
     `active`, `repeat` times (0: until the end), and writes each recording to `output_dir`
     (a `*.pt.trace.json` that TensorBoard's profiler view and Perfetto open; torch_npu's
     layout on an NPU). Options as torch.profiler.profile's."""
+    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+        raise UsageError(
+            f"devicekit.profile(): output_dir={output_dir!r} must name a folder for the "
+            "trace, such as 'runs/profile'"
+        )
     for name, value, least in (
         ("wait", wait, 0),
         ("warmup", warmup, 0),
@@ -50,12 +57,13 @@ def profile(
             f"devicekit.profile(): the trace folder {output_dir!r} cannot be made "
             f"({error.strerror}): choose a writable folder"
         ) from None
-    if not os.access(output_dir, os.W_OK):
+    reason = writable.cannot_hold_files(output_dir)
+    if reason is not None:
         raise UsageError(
-            f"devicekit.profile(): the trace folder {output_dir!r} is not "
-            f"writable: choose a writable folder"
+            f"devicekit.profile(): the trace folder {output_dir!r} cannot hold files "
+            f"({reason}): choose a writable folder"
         )
-    return runtime.kind().profiler(
+    profiler = runtime.kind().profiler(
         os.fspath(output_dir),
         wait=wait,
         warmup=warmup,
@@ -65,3 +73,42 @@ def profile(
         profile_memory=profile_memory,
         with_stack=with_stack,
     )
+    return _Counted(profiler, os.fspath(output_dir), wait + warmup)
+
+
+class _Counted:
+    """The device's profiler, counting its steps, so that a run that ends before the
+    schedule records is told why its trace folder is empty."""
+
+    def __init__(self, profiler: Profiler, output_dir: str, before_recording: int) -> None:
+        self._profiler, self._output_dir = profiler, output_dir
+        self._before_recording, self._steps = before_recording, 0
+
+    def __enter__(self) -> "_Counted":
+        self._profiler.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+        /,
+    ) -> bool | None:
+        stopped = self._profiler.__exit__(exc_type, exc, traceback)
+        if exc_type is None and self._steps < self._before_recording:
+            warn(
+                f"devicekit.profile(): nothing was recorded in {self._output_dir!r}: the "
+                f"run took {self._steps} step(s) and recording starts after "
+                f"{self._before_recording} (wait + warmup); call .step() after each "
+                "training step, or lower wait and warmup"
+            )
+        return stopped
+
+    def step(self) -> None:
+        """Advance the schedule: call it after each training step."""
+        self._steps += 1
+        self._profiler.step()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._profiler, name)  # key_averages(), export_chrome_trace(), ...

@@ -105,6 +105,16 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]] && (( $1 >= 1 )); }
 command -v "$PYTHON" >/dev/null 2>&1 \
     || die "PYTHON=$PYTHON is not an executable on PATH: set PYTHON to your python interpreter"
 [[ -f $SCRIPT ]] || die "SCRIPT=$SCRIPT does not exist (relative to $PWD): give the path of a .py file"
+# LOG_DIR before any work (the demo data takes a while, the interpreter starts slowly): the
+# nearest folder of it that exists must hold a file, which is made there and removed (root
+# passes every check that only asks).
+existing=$LOG_DIR
+while [[ ! -e $existing ]]; do
+    case $existing in */*) existing=${existing%/*}; existing=${existing:-/} ;; *) existing=. ;; esac
+done
+[[ -d $existing ]] || die "LOG_DIR=$LOG_DIR is not a folder ($existing is a file): set LOG_DIR to a folder for the rank logs"
+probe=$(mktemp -p "$existing" .run_8p-probe.XXXXXX 2>/dev/null) && rm -f -- "$probe" \
+    || die "LOG_DIR=$LOG_DIR cannot hold the rank logs (no file can be made in $existing): set LOG_DIR to a writable folder"
 
 is_count "$NNODES" || die "NNODES=$NNODES must be a whole number >= 1"
 [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \

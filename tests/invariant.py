@@ -92,3 +92,14 @@ def working_directory(path: str) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
+
+
+# Paths in folders where no file can be made, by root either (CI runs as root, whom the
+# permission bits that os.access reads never stop): an output there is refused up front.
+NO_FILES_HERE = ("/proc", "/proc/self", "/sys", "/sys/kernel")
+UNWRITABLE_PATHS = st.builds(
+    os.path.join,
+    st.sampled_from(NO_FILES_HERE),
+    st.text("abcxyz_0123456789", min_size=1, max_size=8),
+    st.sampled_from(["", "deeper", "r.json"]),
+).map(lambda path: path.rstrip("/"))

@@ -182,6 +182,14 @@ CASES = [
     ),
     Case("world-size-without-rank", ["--world-size", "2"], ["--world-size 2 needs --rank"]),
     Case(
+        "world-size-negative",
+        ["--world-size", "-2"],
+        ["--world-size -2 must be at least 1, or -1 for not given"],
+    ),
+    Case("rank-negative", ["--rank", "-3"], ["--rank -3 must be at least 0, or -1 for not given"]),
+    Case("gpu-negative", ["--gpu", "-1"], ["--gpu -1 must be at least 0"]),
+    Case("local-rank-negative", ["--local-rank", "-4"], ["--local-rank -4 must be at least 0"]),
+    Case(
         "rank-without-world-size",
         ["--rank", "5"],
         [
@@ -245,12 +253,12 @@ CASES = [
     Case(
         "output-dir-under-proc",
         ["--output-dir", "/proc/x/y"],
-        ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"],
+        ["--output-dir '/proc/x/y' is not writable: making a file in '/proc' fails"],
     ),
     Case(
         "output-dir-under-proc-mp-distributed",
         MP_2 + ["--output-dir", "/proc/x/y"],
-        ["--output-dir '/proc/x/y' is not writable: making a folder in '/proc' fails"],
+        ["--output-dir '/proc/x/y' is not writable: making a file in '/proc' fails"],
     ),
     Case(
         "output-dir-name-too-long",

@@ -418,6 +418,20 @@ def test_options_that_are_not_integers_are_named(options, says):
     assert assert_usage_line(raised.value, [says]).startswith(says)
 
 
+@given(
+    st.sampled_from(["local_rank", "gpu", "rank", "world_size"]),
+    st.integers(max_value=-2) | st.integers(max_value=-2).map(str),
+    st.booleans(),
+)
+def test_a_negative_rank_index_or_count_other_than_minus_one_is_named(field, value, cli):
+    """-1 is the argparse default for "not given"; -2 and below are a mistake."""
+    with pytest.raises(UsageError) as raised:
+        LaunchOptions(cli=cli, **{field: value})
+    name = LaunchOptions(cli=cli).name(field)
+    line = assert_usage_line(raised.value, [name])
+    assert line.startswith(f"{name}{' ' if cli else '='}") and "or -1 for not given" in line
+
+
 # -- any subset of the variables, any values ---------------------------------------------------
 
 VALUES = st.one_of(ENV_TEXT, st.integers(-2, 40).map(str))

@@ -31,7 +31,13 @@ from conftest import clean_environ
 from devicekit.errors import one_line
 from devicekit.port import ParseFailure, port_source
 from devicekit.port.cli import main
-from invariant import EXIT_USAGE, assert_command_refused, assert_usage_line, no_files_left
+from invariant import (
+    EXIT_USAGE,
+    UNWRITABLE_PATHS,
+    assert_command_refused,
+    assert_usage_line,
+    no_files_left,
+)
 from support.python_inputs import (
     ANY_BYTES,
     GENERATED,
@@ -329,3 +335,19 @@ def test_a_bad_command_line_is_one_line(tmp_path):
     result = port_command("--write", "--check", "train.py", cwd=tmp_path)
     line = assert_command_refused(result.returncode, result.stderr, ["--check"])
     assert line.startswith("devicekit port: error: argument --check: not allowed"), line
+
+
+@given(path=UNWRITABLE_PATHS, flag=st.sampled_from(["--report", "--out"]))
+def test_an_output_where_no_file_can_be_made_is_refused_before_any_output(
+    tmp_path_factory, path, flag
+):
+    """Refused on one line naming it, before the diff, a report or a ported file."""
+    script = tmp_path_factory.mktemp("port") / "train.py"
+    script.write_text(GOOD)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([flag, path, str(script)])
+    assert (code, out.getvalue()) == (EXIT_USAGE, "")
+    line = assert_command_refused(code, err.getvalue(), [path])
+    assert flag in line, line
+    assert script.read_text() == GOOD

@@ -29,7 +29,12 @@ from devicekit.preflight import npu_ops
 from devicekit.preflight.checks import Context, cuda_only
 from devicekit.preflight.cli import read_arguments
 from devicekit.preflight.recording import Recording
-from invariant import assert_command_refused, assert_usage_line, no_files_left
+from invariant import (
+    UNWRITABLE_PATHS,
+    assert_command_refused,
+    assert_usage_line,
+    no_files_left,
+)
 from support.python_inputs import ANY_BYTES, GENERATED, folder_of, lines_of, parses, scripts
 
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")
@@ -331,3 +336,11 @@ def test_bad_flags_are_one_line_before_anything_runs(tmp_path, argv, says):
     line = assert_command_refused(result.returncode, result.stderr, [argv[0]])
     assert line.startswith(says), line
     assert result.stdout == ""
+
+
+@given(UNWRITABLE_PATHS)
+def test_a_report_where_no_file_can_be_made_is_refused_before_the_run(path):
+    with folder_of({"train.py": TRAIN}):
+        args, error, code, err = read(["--json", path, "train.py"])
+    assert (args, code, err) == (None, None, "")
+    assert assert_usage_line(error, [f"--json {path!r}"])

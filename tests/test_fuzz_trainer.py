@@ -17,7 +17,7 @@ import yaml
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-from invariant import ANY_TEXT, NUMBER_LIKE, assert_command_refused
+from invariant import ANY_TEXT, NUMBER_LIKE, UNWRITABLE_PATHS, assert_command_refused
 from support.main_in_process import REFUSAL_RUN, run_main_until_launch
 from trainer import options
 
@@ -37,6 +37,10 @@ LEFT_OUT = {
 FLAG_ACTIONS = [
     action for action in PARSER._actions if action.option_strings and action.dest not in LEFT_OUT
 ]
+# Every int flag is a count (at least 1) or an index (at least 0), but for the seed; -1 is
+# the documented "not given" of --world-size and --rank.
+INDICES = {"workers", "start_epoch", "warmup", "rank", "gpu", "local_rank"}
+NOT_GIVEN = {"world_size": -1, "rank": -1}
 FLOATS = st.one_of(
     st.floats().map(repr), st.sampled_from(["nan", "inf", "-inf", "1e400"]), NUMBER_LIKE
 )
@@ -47,7 +51,7 @@ def values_of(action):
     if action.choices is not None:
         return st.one_of(st.sampled_from(list(action.choices)), ANY_TEXT)
     if action.type is int:
-        return st.one_of(st.integers(-2, 70).map(str), NUMBER_LIKE)
+        return st.one_of(st.integers(-5, 70).map(str), NUMBER_LIKE)
     if action.type is float or action.type is options._loss_scale:
         return st.one_of(st.floats(0, 2).map(repr), FLOATS)
     return st.one_of(NUMBER_LIKE, ANY_TEXT)
@@ -103,7 +107,12 @@ def assert_starts_or_is_refused(argv, folder, names=None):
         for name, value in vars(args).items():
             if isinstance(value, float):
                 assert math.isfinite(value), f"{name}={value} reached the run"
-        assert args.batch_size >= 1 and args.epochs >= 1 and args.workers >= 0
+        for action in PARSER._actions:
+            value = getattr(args, action.dest, None)
+            if action.type is not int or action.dest == "seed" or value is None:
+                continue
+            least = 0 if action.dest in INDICES else 1
+            assert value >= least or value == NOT_GIVEN.get(action.dest), (action.dest, value)
         return args
     assert launch is None
     assert_command_refused(code, stderr, flags_in(argv) if names is None else names)
@@ -140,6 +149,7 @@ PATHS = st.one_of(
         ]
     ),
     st.text(alphabet=string.ascii_letters + string.digits + "._-/", max_size=30),
+    UNWRITABLE_PATHS,
 )
 
 
@@ -151,6 +161,8 @@ def test_a_path_flag_starts_or_is_refused_in_one_line(folder, flag, path, data_d
     if data_dir:
         argv.remove("--dummy")
     args = assert_starts_or_is_refused(argv, folder)
+    if flag in ("--output-dir", "--tensorboard") and path.startswith(("/proc/", "/sys/")):
+        assert args is None, f"{flag} {path} started a run that cannot write there"
     if args is not None and flag in ("--output-dir", "--tensorboard"):
         assert (
             not os.path.exists(os.path.join(folder, path))
@@ -160,6 +172,26 @@ def test_a_path_flag_starts_or_is_refused_in_one_line(folder, flag, path, data_d
 
 
 # -- the YAML configuration ----------------------------------------------------------------
+
+# The keys of the flags that take a path, as a config file spells them.
+PATH_KEYS = ["output-dir", "tensorboard", "resume", "pretrained", "data"]
+
+
+@given(
+    key=st.sampled_from(PATH_KEYS),
+    value=st.one_of(st.booleans(), st.integers(), st.floats(), st.lists(st.text(max_size=3))),
+)
+@example(key="tensorboard", value=True)  # wrote event files into a folder named True
+@example(key="output-dir", value=1)
+def test_a_path_given_a_non_string_in_a_config_is_refused(folder, key, value):
+    path = os.path.join(folder, "paths.yaml")
+    with open(path, "w", encoding="utf-8") as handle:
+        yaml.safe_dump({key: value}, handle)
+    code, stderr, launch = run_main_until_launch([*DUMMY_RUN, "--config", path], folder)
+    assert launch is None, f"{key}: {value!r} started a run"
+    line = assert_command_refused(code, stderr, [f"{key}:"])
+    assert "is not text" in line, line
+
 
 KNOWN = sorted({action.dest for action in PARSER._actions} - {"help", "config"})
 YAML_VALUES = st.recursive(

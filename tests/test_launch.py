@@ -2,6 +2,8 @@
 inconsistency is a UsageError that names the variable or flag."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -368,3 +370,38 @@ def test_argparse_defaults_of_minus_one_mean_not_given():
     options = LaunchOptions(local_rank=-1, rank=-1, world_size=-1, gpu=-1)
     assert (options.local_rank, options.rank, options.world_size, options.gpu) == (None,) * 4
     assert resolve_launch(options, environ={}, kind=CPU).mode == "single"
+
+
+# -- run_8p.sh's own variables, checked before any work --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        ({"NNODES": "2"}, "NNODES=2 needs MASTER_ADDR=<node 0's address> on every node"),
+        ({"NPROC_PER_NODE": "0"}, "NPROC_PER_NODE=0 must be a whole number >= 1"),
+        ({"MAX_RESTARTS": "-1"}, "MAX_RESTARTS=-1 must be a whole number >= 0"),
+        ({"PYTHON": "nopython"}, "PYTHON=nopython is not an executable on PATH"),
+        ({"LOG_DIR": "a_file"}, "LOG_DIR=a_file is not a folder"),
+        ({"LOG_DIR": "/proc/logs"}, "LOG_DIR=/proc/logs cannot hold the rank logs"),
+    ],
+)
+def test_run_8p_refuses_a_bad_variable_in_one_line_before_the_demo_data(tmp_path, variables, says):
+    """Each is one line and exit code 2, and nothing is made: not the demo data (6,000 files),
+    not the log folder."""
+    from support.launchers import child_env
+    from support.paths import REPO
+
+    (tmp_path / "a_file").write_text("")
+    env = child_env(**{"NPROC_PER_NODE": "2", "PYTHON": sys.executable, **variables})
+    result = subprocess.run(
+        ["bash", str(REPO / "launch" / "run_8p.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr.splitlines()) == (2, [result.stderr.strip()])
+    assert result.stderr.startswith(f"error: {says}"), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]

@@ -1090,7 +1090,17 @@ def test_unreadable_sources_say_what_and_where(source, says):
         ),
         (
             ["--report", "a.py/r.json", "a.py"],
-            "a.py/r.json: --report cannot be written: a.py is not a writable folder",
+            "a.py/r.json: --report cannot be written: a.py is not a folder",
+        ),
+        # root passes os.access there: the diff was printed, then the write failed
+        (
+            ["--report", "/proc/r.json", "a.py"],
+            "/proc/r.json: --report cannot be written: /proc cannot hold files "
+            "(No such file or directory)",
+        ),
+        (
+            ["--out", "/proc/o", "a.py"],
+            "/proc/o: --out cannot be written: /proc cannot hold files (No such file or directory)",
         ),
         (["--out", "", "a.py"], "--out '': give a folder"),
         (
@@ -1121,6 +1131,8 @@ def test_unreadable_sources_say_what_and_where(source, says):
         "report over the input",
         "report over a script",
         "report under a file",
+        "report where no file can be made",
+        "out where no file can be made",
         "empty out",
         "report where out writes",
         "NUL in report",
@@ -1161,6 +1173,18 @@ def test_out_where_a_file_stands_for_a_folder_is_refused_before_writing(tmp_path
         f"--out cannot write it: {tmp_path / 'out' / 'pkg'} is a file\n"
     )
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pkg"]
+
+
+def test_out_where_a_folder_stands_for_a_later_file_writes_nothing(tmp_path, capsys):
+    write(tmp_path / "src" / "a.py", SCRIPT)
+    write(tmp_path / "src" / "pkg" / "b.py", SCRIPT)
+    (tmp_path / "out" / "pkg" / "b.py").mkdir(parents=True)
+    code, _, err = run_port(capsys, "--out", tmp_path / "out", tmp_path / "src")
+    assert code == 2 and err == (
+        f"devicekit port: error: {tmp_path / 'out' / 'pkg' / 'b.py'}: "
+        "--out cannot write it: a folder stands there\n"
+    )
+    assert not (tmp_path / "out" / "a.py").exists()  # was written before the refusal
 
 
 def test_write_refuses_a_pipe(tmp_path, capsys):

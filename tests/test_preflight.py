@@ -322,6 +322,23 @@ def test_bad_input_is_one_line_and_exit_2(args, says, run):
             "'no_such_module_here' in this folder or on sys.path",
         ),
         (["-m", "a b"], "-m 'a b' is not a module name"),
+        (
+            ["--json", "/proc/r.json", "train.py"],
+            "--json '/proc/r.json': folder '/proc' cannot hold the report (No such file or "
+            "directory): choose another path",
+        ),
+        (["sub"], "script 'sub' is a folder: name the .py file to run in it"),
+        (["--ops", "sub", "train.py"], "--ops 'sub' is a folder: pass a torch_npu wheel"),
+        (
+            ["--ops", "config.yaml", "train.py"],
+            "--ops 'config.yaml' is not a torch_npu wheel or operator yaml (ValueError: none "
+            "of the sections supported, custom, symint, autograd, quant lists an operator)",
+        ),
+        (
+            ["--ops", "words.yaml", "train.py"],
+            "--ops 'words.yaml' is not a torch_npu wheel or operator yaml (ValueError: an "
+            "entry that names no operator: 'add two numbers')",
+        ),
     ],
     ids=[
         "NUL byte",
@@ -336,6 +353,11 @@ def test_bad_input_is_one_line_and_exit_2(args, says, run):
         "yaml error",
         "no such module",
         "not a module name",
+        "json where no file can be made",
+        "script a folder",
+        "ops a folder",
+        "ops a config, not an operator list",
+        "ops a list of words",
     ],
 )
 def test_arguments_are_refused_in_one_line_before_the_script_runs(
@@ -348,6 +370,8 @@ def test_arguments_are_refused_in_one_line_before_the_script_runs(
         "module_return.py": b"return 1\n",
         "train.py": b"print('ran')\n",
         "bad.yaml": b"a: b: c\n",
+        "config.yaml": b"arch: resnet50\nepochs: 2\n",
+        "words.yaml": b"supported:\n  - add two numbers\n",
     }.items():
         (tmp_path / name).write_bytes(data)
     (tmp_path / "sub").mkdir()

@@ -160,5 +160,5 @@ quant:
 
 
 def test_from_yaml_rejects_an_entry_it_cannot_read():
-    with pytest.raises(ValueError, match="unrecognised entry"):
+    with pytest.raises(ValueError, match="an entry that names no operator"):
         npu_ops.from_yaml("supported:\n  - {impl_ns: op_api}\n")

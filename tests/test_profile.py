@@ -46,3 +46,27 @@ def test_an_output_folder_that_cannot_be_made_is_named(tmp_path):
     with pytest.raises(devicekit.UsageError, match=r"cannot be made .*choose a writable folder"):
         devicekit.profile(tmp_path / "file" / "trace")
     assert not (tmp_path / "file" / "trace").exists()
+
+
+@pytest.mark.parametrize("output_dir", [None, "", 3])
+def test_an_output_folder_that_is_no_path_is_named(output_dir):
+    with pytest.raises(devicekit.UsageError, match=r"output_dir=.* must name a folder"):
+        devicekit.profile(output_dir)
+
+
+def test_a_folder_that_cannot_hold_files_is_named():
+    with pytest.raises(devicekit.UsageError, match=r"'/proc' cannot hold files \(.+\)"):
+        devicekit.profile("/proc")
+
+
+def test_a_run_shorter_than_the_schedule_is_told_why_nothing_was_recorded(tmp_path, capfd):
+    runtime.kind("cpu")
+    with devicekit.profile(tmp_path / "trace", wait=2, warmup=2, active=2) as prof:
+        train_steps(prof, 3)
+    assert not list((tmp_path / "trace").iterdir())
+    said = [line for line in capfd.readouterr().err.splitlines() if "devicekit" in line]
+    assert said == [
+        f"devicekit: warning: devicekit.profile(): nothing was recorded in "
+        f"'{tmp_path / 'trace'}': the run took 3 step(s) and recording starts after 4 "
+        "(wait + warmup); call .step() after each training step, or lower wait and warmup"
+    ]

@@ -398,6 +398,8 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, launcher_runs):
         "torchrun", [*TINY, "--epochs", "1", "--output-dir", output], tmp_path / "first"
     )
     assert load_checkpoint(output)["epoch"] == 1
+    leftover = output / f".{state.CHECKPOINT}.k1lled.tmp"  # of a write killed midway
+    leftover.write_bytes(b"PK\x03\x04 half a checkpoint")
     second = run_training(
         "torchrun",
         [*TINY, "--epochs", "2", "--output-dir", output, "--resume", output / state.CHECKPOINT],
@@ -420,6 +422,7 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, launcher_runs):
     assert_bitwise_equal(resumed["optimizer"], reference["optimizer"], "optimizer")
     assert_bitwise_equal(resumed["scheduler"], reference["scheduler"], "scheduler")
     assert resumed["best_acc1"] == reference["best_acc1"]
+    assert not leftover.exists()
     # The resumed run appended epoch 1 to the first run's epoch 0.
     assert deterministic(read_metrics(output)) == deterministic(read_metrics(straight))
 

@@ -7,10 +7,9 @@ import importlib.util
 import math
 import os
 import sys
-import tempfile
 
 import models
-from devicekit import LaunchOptions, UsageError, checkpoint
+from devicekit import LaunchOptions, UsageError, checkpoint, writable
 from devicekit.distributed import timeout_seconds
 from devicekit.environments.reading import REFERENCE_DIST_URL, parse_dist_url
 from devicekit.errors import ArgumentParser
@@ -116,13 +115,14 @@ def build_parser():
         "--world-size",
         type=int,
         default=-1,
-        help="nodes (with --multiprocessing-distributed) or processes",
+        help="nodes (with --multiprocessing-distributed) or processes (default -1: not given)",
     )
     p.add_argument(
         "--rank",
         type=int,
         default=-1,
-        help="node rank (with --multiprocessing-distributed) or process rank",
+        help="node rank (with --multiprocessing-distributed) or process rank "
+        "(default -1: not given)",
     )
     p.add_argument("--dist-url", default=None, help="tcp://HOST:PORT or env://")
     p.add_argument(
@@ -329,6 +329,11 @@ def _config_argv(parser, config, path):
                     f"{where} {value!r} is not a value for a flag: write a "
                     "number, a word or a list of them"
                 )
+            if actions[0].type is None and not isinstance(value, str):  # a path, a name
+                raise UsageError(
+                    f"{where} {value!r} is not text: give {_long_flag(actions[0])} a string "
+                    "(in quotes where YAML would read a number or true/false)"
+                )
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             _check_config_value(actions[0], text, value, where)
             tokens.append(f"{_long_flag(actions[0])}={text}")
@@ -383,13 +388,10 @@ def _positive(name, value, minimum=1):
 
 def _check_writable_dir(path, flag="--output-dir"):
     """Refuse a folder `flag` names that the run could not create or write in, without
-    creating it: its nearest existing ancestor must be a folder this user can create
-    entries in (a folder made and removed there proves it), and every component still to
-    be made must fit the file system's NAME_MAX."""
-    ancestor, missing = os.path.abspath(path), []
-    while not os.path.lexists(ancestor):  # ends at "/" at the latest
-        ancestor, name = os.path.split(ancestor)
-        missing.insert(0, name)
+    creating it: its nearest existing ancestor must be a folder that can hold files (a
+    file made and removed there proves it), and every component still to be made must fit
+    the file system's NAME_MAX."""
+    ancestor, missing = writable.nearest_existing(path)
     named = f"{flag} {path!r}"
     if not os.path.isdir(ancestor):
         where = f"cannot be made: {ancestor!r}" if missing else "already"
@@ -402,13 +404,20 @@ def _check_writable_dir(path, flag="--output-dir"):
                 f"{len(os.fsencode(name))} bytes, over the file system's limit "
                 f"of {limit}: use a shorter name"
             )
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".output-dir-probe-", dir=ancestor))
-    except OSError as error:
+    reason = writable.cannot_hold_files(ancestor)
+    if reason is not None:
         raise UsageError(
-            f"{named} is not writable: making a folder in {ancestor!r} fails "
-            f"({error.strerror}): choose another {flag}"
-        ) from None
+            f"{named} is not writable: making a file in {ancestor!r} fails "
+            f"({reason}): choose another {flag}"
+        )
+
+
+def _check_file(flag, path, what):
+    """Refuse a `flag` path that is not a file, naming what it is instead."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a folder: name the {what} in it")
+    if not os.path.isfile(path):  # False for a name too long to be one, as for a missing file
+        raise UsageError(f"{flag} {path!r} does not exist: check the path")
 
 
 def _check_observing(args):
@@ -453,6 +462,7 @@ def validate(args):
     """Check values a parser cannot, and the paths the run will read and write; raise
     UsageError naming the flag. Runs before any rank starts (with
     --multiprocessing-distributed, once in the parent)."""
+    launch_options(args)  # a malformed rank, device index or count, named before any work
     for name, value in (
         ("--epochs", args.epochs),
         ("--batch-size", args.batch_size),
@@ -471,6 +481,8 @@ def validate(args):
         ("--warmup", args.warmup),
         ("--momentum", args.momentum),
         ("--weight-decay", args.weight_decay),
+        ("--gpu", args.gpu),  # no -1 default here: leave the flag out for "not given"
+        ("--local-rank", args.local_rank),
     ):
         _positive(name, value, 0)
     if not 0 < args.lr < math.inf:
@@ -498,15 +510,22 @@ def validate(args):
         raise UsageError(f"--warmup {args.warmup} must be below --epochs {args.epochs}")
     if args.save_every is not None and args.save_every < 1:
         raise UsageError(f"--save-every {args.save_every} must be at least 1 (steps)")
-    if args.resume and args.resume != "auto" and not os.path.isfile(args.resume):
-        raise UsageError(f"--resume {args.resume!r} does not exist: check the path")
+    if args.resume and args.resume != "auto":
+        _check_file("--resume", args.resume, "checkpoint.pth.tar written by main.py")
     if args.pretrained == "":
         raise UsageError(
             "--pretrained needs a PATH to a state_dict file: this machine cannot "
             "download weights (e.g. --pretrained resnet50-0676ba61.pth)"
         )
-    if args.pretrained and not os.path.isfile(args.pretrained):
-        raise UsageError(f"--pretrained {args.pretrained!r} does not exist: check the path")
+    if args.pretrained:
+        _check_file("--pretrained", args.pretrained, "state_dict file")
+    for flag, path in (
+        ("--output-dir", args.output_dir),
+        ("--tensorboard", args.tensorboard),
+        ("--config", args.config),
+    ):
+        if path == "":
+            raise UsageError(f"{flag} '': name a {'file' if flag == '--config' else 'folder'}")
     if args.data_dir and args.data and os.path.abspath(args.data_dir) != os.path.abspath(args.data):
         raise UsageError(f"DIR {args.data_dir!r} and --data {args.data!r} disagree: give one")
     models.check_name(args.arch, "--arch")

@@ -55,6 +55,13 @@ def save(output_dir, state, is_best):
         checkpoint.copy_atomic(path, best)
 
 
+def remove_leftovers(output_dir):
+    """Remove the temporary files that checkpoint writes killed midway left in
+    `output_dir` (a run SIGKILLed, a machine that lost power)."""
+    for name in (CHECKPOINT, BEST):
+        checkpoint.remove_leftovers(os.path.join(output_dir, name))
+
+
 def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
     """The checkpoint dict at `position` (a Position): plain numbers, and a state_dict
     without the `module.` prefix."""

@@ -19,15 +19,19 @@ _FLAGS = {
     "device_list": "--device-list",
 }
 _PYTHON_NAMES = {"dist_url": "init_method", "nproc_per_node": "nprocs"}
-_NEGATIVE_MEANS_NONE = ("local_rank", "gpu", "rank", "world_size")
+# -1, the argparse default of scripts in the reference example's style, means "not given";
+# the least value each of these takes otherwise.
+_NOT_GIVEN = -1
+_LEAST = {"local_rank": 0, "gpu": 0, "rank": 0, "world_size": 1}
 
 
 @dataclasses.dataclass(frozen=True)
 class LaunchOptions:
     """Who a process is, as a script or a trainer's command line says it (None: not given).
 
-    Negative ranks and counts mean "not given", as argparse defaults of -1 do. Numbers may
-    come as text (`rank=os.environ["RANK"]`); one that is not an integer is a UsageError
+    -1 for a rank, device index or world size means "not given", as argparse defaults of
+    -1 do; any other negative number is a UsageError naming the option. Numbers may come as
+    text (`rank=os.environ["RANK"]`); one that is not an integer is a UsageError
     naming the option. With `cli=True` error messages name the command-line flags
     (`--rank 5`), otherwise the Python arguments (`rank=5`).
     """
@@ -61,8 +65,15 @@ class LaunchOptions:
             if value is None:
                 continue
             value = self._integer(name, value)
-            if name in _NEGATIVE_MEANS_NONE and value < 0:
+            if name in _LEAST and value == _NOT_GIVEN:
                 value = None
+            elif name in _LEAST and value < 0:
+                raise UsageError(
+                    f"{self.show(name, value)} must be at least {_LEAST[name]}, or "
+                    f"{_NOT_GIVEN} for not given"
+                )
+            elif name == "port" and not 1 <= value <= 65535:
+                raise UsageError(f"{self.show(name, value)} is not a TCP port: use 1..65535")
             object.__setattr__(self, name, value)
         for name in ("dist_url", "addr"):
             if getattr(self, name) is not None:

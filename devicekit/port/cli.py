@@ -20,6 +20,7 @@ from typing import NamedTuple, NoReturn
 
 import libcst as cst
 
+from devicekit import writable
 from devicekit.errors import EXIT_USAGE, UsageError, one_line
 from devicekit.port.engine import ParseFailure, parse, port_parsed
 from devicekit.port.report import FileReport, human, to_json
@@ -148,14 +149,22 @@ def _destinations(files: list[_Read], out: str | None) -> dict[Path, Path]:
     base = Path(os.path.commonpath([str(root.resolve()) for _, root, _, _ in files]))
     destinations = {file: target / file.resolve().relative_to(base) for file, _, _, _ in files}
     sources = {file.resolve() for file, _, _, _ in files}
+    probed: set[str] = set()
     for destination in destinations.values():
         if destination.resolve() in sources:
             raise BadInput(f"{destination}: --out would overwrite an input (use --write)")
-        folder = destination.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
+        if destination.is_dir():
+            raise BadInput(f"{destination}: --out cannot write it: a folder stands there")
+        folder, _ = writable.nearest_existing(destination.parent)
+        if not os.path.isdir(folder):
             raise BadInput(f"{destination}: --out cannot write it: {folder} is a file")
+        if folder not in probed:
+            probed.add(folder)
+            reason = writable.cannot_hold_files(folder)
+            if reason is not None:
+                raise BadInput(
+                    f"{destination}: --out cannot write it: {folder} cannot hold files ({reason})"
+                )
     return destinations
 
 
@@ -214,8 +223,13 @@ def _writable(text: str, flag: str, folder: bool = False) -> Path:
         existing = path if folder else path.parent
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
-        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise BadInput(f"{text}: {flag} cannot be written: {existing} is not a writable folder")
+        if not existing.is_dir():
+            raise BadInput(f"{text}: {flag} cannot be written: {existing} is not a folder")
+        reason = writable.cannot_hold_files(existing)
+        if reason is not None:
+            raise BadInput(
+                f"{text}: {flag} cannot be written: {existing} cannot hold files ({reason})"
+            )
         longest = os.pathconf(existing, "PC_NAME_MAX")
         if any(len(os.fsencode(part)) > longest for part in path.parts):
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
@@ -266,6 +280,11 @@ def run(args: argparse.Namespace) -> int:
                 f"{item.file}: --write rewrites regular files only (this is a pipe "
                 "or a device): use --out DIR"
             )
+    if args.write:  # each file is replaced by a new one made beside it
+        for folder in sorted({item.file.parent for item in results if item.report.changes}):
+            reason = writable.cannot_hold_files(folder)
+            if reason is not None:
+                raise BadInput(f"{folder}: --write cannot replace files here ({reason})")
     reports = [r.report for r in results]
     code = _exit_code(reports, args.check)
     for item in results:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from devicekit import simulate
+from devicekit import simulate, writable
 from devicekit.errors import ArgumentParser, UsageError
 from devicekit.preflight import npu_ops, report
 from devicekit.preflight.checks import Check, Context, Finding, all_checks
@@ -98,6 +98,11 @@ def _operator_list(args: argparse.Namespace) -> tuple[frozenset[str], str]:
     if args.ops is None:
         return npu_ops.load(), npu_ops.TORCH_NPU_VERSION
     path = Path(args.ops)
+    if path.is_dir():
+        raise UsageError(
+            f"--ops {args.ops!r} is a folder: pass a torch_npu wheel or its "
+            "npu_native_functions_by_codegen.yaml"
+        )
     if not os.path.isfile(path):  # False for a name too long to be one, as for a missing file
         raise UsageError(
             f"--ops {args.ops!r} does not exist: pass a torch_npu wheel or its "
@@ -129,6 +134,8 @@ def _check_script(path: str) -> None:
     """UsageError unless `path` is a Python file that compiles (nothing in it is run)."""
     from devicekit.port.engine import ParseFailure, check_python
 
+    if os.path.isdir(path):
+        raise UsageError(f"script {path!r} is a folder: name the .py file to run in it")
     if not os.path.isfile(path):
         raise UsageError(f"script {path!r} does not exist: check the path")
     try:
@@ -180,16 +187,18 @@ def _check_json(path: str, script: str | None) -> None:
         ) from None
     try:
         folder = os.path.dirname(os.path.abspath(path))
-        writable = os.path.isdir(folder) and os.access(folder, os.W_OK)
+        reason = (
+            writable.cannot_hold_files(folder) if os.path.isdir(folder) else "it does not exist"
+        )
         taken = os.path.isdir(path) or (
             script is not None and os.path.exists(path) and os.path.samefile(path, script)
         )
-    except (OSError, ValueError):  # a NUL in the name, a name too long
-        folder, writable, taken = os.path.dirname(path), False, False
-    if not writable:
+    except (OSError, ValueError) as error:  # a NUL in the name, a name too long
+        folder, reason, taken = os.path.dirname(path), str(error), False
+    if reason is not None:
         raise UsageError(
-            f"--json {path!r}: folder {folder!r} does not exist or is not "
-            "writable: choose another path"
+            f"--json {path!r}: folder {folder!r} cannot hold the report ({reason}): "
+            "choose another path"
         )
     if taken:
         raise UsageError(

@@ -9,6 +9,7 @@ CustomRegisterSchema.cpp template; Python calls them as ``torch.ops.npu.<name>``
 
 import functools
 import hashlib
+import re
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,16 +27,16 @@ YAML_IN_WHEEL = "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml"
 SECTIONS = ("supported", "custom", "symint", "autograd", "quant")
 # The keyword-only arguments of a factory's functional overload that its out= one lacks.
 _TENSOR_OPTIONS = ("dtype", "layout", "device", "pin_memory")
+_OPERATOR = re.compile(r"[A-Za-z_]\w*(\.\w+)?")  # add, add.Tensor, npu_dtype_cast
 
 
 def _entry_name(entry: object) -> str:
     """An entry's ``name.overload``: a plain string, or a dict's ``func:`` up to its "("."""
-    if isinstance(entry, str):
-        return entry.strip()
-    func = entry.get("func") if isinstance(entry, dict) else None
-    if isinstance(func, str):
-        return func.split("(", 1)[0].strip()
-    raise ValueError(f"unrecognised entry in torch_npu's operator yaml: {entry!r}")
+    func = entry.get("func") if isinstance(entry, dict) else entry
+    name = func.split("(", 1)[0].strip() if isinstance(func, str) else None
+    if name is None or not _OPERATOR.fullmatch(name):
+        raise ValueError(f"an entry that names no operator: {str(entry)[:60]!r}")
+    return name
 
 
 def from_yaml(text: str) -> frozenset[str]:
@@ -44,11 +45,13 @@ def from_yaml(text: str) -> frozenset[str]:
     operator is one the ``custom`` section defines is ``npu::``, every other ``aten::``."""
     document = yaml.safe_load(text)
     if not isinstance(document, dict):
-        raise ValueError("torch_npu's operator yaml is not a mapping")
+        raise ValueError("not a mapping of sections")
     sections = {name: document.get(name) or [] for name in SECTIONS}
     for name, entries in sections.items():
         if not isinstance(entries, list):
-            raise ValueError(f"section {name!r} of torch_npu's operator yaml is not a list")
+            raise ValueError(f"section {name!r} is not a list")
+    if not any(sections.values()):
+        raise ValueError(f"none of the sections {', '.join(SECTIONS)} lists an operator")
     custom_ops = {_entry_name(entry).split(".", 1)[0] for entry in sections["custom"]}
     names = set()
     for entries in sections.values():

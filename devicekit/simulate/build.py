@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from devicekit import writable
 from devicekit.errors import UsageError
 
 SOURCE = Path(__file__).with_name("npu_standin.cpp")
@@ -92,6 +93,7 @@ def load() -> Extension:
     try:
         built = folder.is_dir()  # an OSError here: a name too long, a file on the path
         if not built:
+            existing, to_make = writable.nearest_existing(root)
             root.mkdir(parents=True, exist_ok=True)
             lock = open(root / "npu-standin.lock", "w")
     except OSError as error:
@@ -107,12 +109,25 @@ def load() -> Extension:
             return _import(folder)
         missing = missing_tools()
         if missing:
+            _remove_made(root / "npu-standin.lock", existing, to_make)
             raise UsageError(
                 f"DEVICEKIT_SIMULATE=npu compiles a small C++ extension on first use and "
                 f"needs {missing}: install them (Debian/Ubuntu: apt-get install g++ "
                 f"ninja-build; or pip install ninja) and run again"
             )
         return _build(root, folder)
+
+
+def _remove_made(lock: Path, existing: str, made: list[str]) -> None:
+    """Undo what a start that cannot build made: the lock file, the folders made for it
+    (each only if empty: another process may have built meanwhile)."""
+    lock.unlink(missing_ok=True)
+    folders = [os.path.join(existing, *made[: i + 1]) for i in range(len(made))]
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 def _build(root: Path, folder: Path) -> Extension:

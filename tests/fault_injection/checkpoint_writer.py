@@ -8,6 +8,9 @@ them. A writer starts at the epoch after the one in TARGET, when it exists (as a
 run would), and logs "ready EPOCH PID", "start E" and "done E" (each with time.time()) to
 PROGRESS_LOG through an unbuffered O_APPEND descriptor, so a SIGKILL loses none of them.
 
+"{rank}" in TARGET and PROGRESS_LOG stands for the RANK variable (0 when unset), so that
+the ranks of a launcher each write their own file.
+
 Without WRITERS this process is the writer. With WRITERS it imports torch once and then
 forks that many writers one after another, each as soon as the previous one has died, so
 that a test can SIGKILL many writers without paying for the import each time.
@@ -42,6 +45,8 @@ def write_forever(target, log, megabytes):
 
 
 def main(target, progress, megabytes=20, writers=None):
+    rank = os.environ.get("RANK", "0")
+    target, progress = target.format(rank=rank), progress.format(rank=rank)
     log = os.open(progress, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     if writers is None:
         write_forever(target, log, megabytes)

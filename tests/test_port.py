@@ -308,6 +308,12 @@ REWRITES = (
             "dl = DataLoader(ds, batch_size=8, pin_memory=devicekit.pin_memory())",
         ),
         (
+            "pin_memory in a dict of DataLoader arguments",
+            "kw = {'pin_memory': True, 'pin_memory_device': 'npu'}",
+            "kw = {'pin_memory': devicekit.pin_memory(), 'pin_memory_device': "
+            "devicekit.device_type()}",
+        ),
+        (
             ".pin_memory()",
             "x = batch.pin_memory().to(device)",
             "x = (batch.pin_memory() if devicekit.pin_memory() else batch).to(device)",
@@ -435,6 +441,7 @@ UNCHANGED = [
     "c = torch.load(p, map_location='cpu')",
     "c = torch.load(p, map_location=lambda s, loc: s)",
     "dl = DataLoader(ds, pin_memory=False)",
+    "kw = {'pin_memory': False, 'pin_memory_device': device_type}",
     "m = DDP(m)",
     "m = torch.distributed.fsdp.FullyShardedDataParallel(m, sync_module_states=False)",
     "c = torch.distributed.fsdp.FullOptimStateDictConfig(offload_to_cpu=True)",
@@ -611,6 +618,23 @@ MANUAL = [
     ("cupy", "import cupy as cp", "fallback"),
     ("triton", "import triton\n@triton.jit\ndef k(x): pass", "fallback"),
     ("DataParallel", "m = torch.nn.DataParallel(m)", "devicekit.wrap_ddp"),
+    (
+        "replicate",
+        "from torch.nn.parallel import replicate\nreplicas = replicate(m, [0, 1])",
+        "devicekit.wrap_ddp",
+    ),
+    ("scatter", "chunks = torch.nn.parallel.scatter(x, [0, 1])", "devicekit.wrap_ddp"),
+    (
+        "parallel_apply",
+        "from torch.nn.parallel.parallel_apply import parallel_apply\ny = parallel_apply(r, c)",
+        "devicekit.wrap_ddp",
+    ),
+    ("gather", "y = torch.nn.parallel.gather(outputs, 0)", "devicekit.wrap_ddp"),
+    (
+        "broadcast_coalesced",
+        "import torch.nn.parallel.comm as comm\nc = comm.broadcast_coalesced(ts, [0, 1])",
+        "devicekit.wrap_ddp",
+    ),
     ("capability", "major, minor = torch.cuda.get_device_capability()", "device_type"),
     ("properties", "p = torch.cuda.get_device_properties(0)", "device_type"),
     ("unknown torch.cuda", "torch.cuda.ipc_collect()", "device_type"),
@@ -642,6 +666,28 @@ def test_reported_for_a_manual_change(name, snippet, fix):
     item = report.manual[-1]
     assert item.line >= 2 and item.why and fix in item.fix
     assert item.construct in (HEADER + snippet)
+
+
+def test_functional_data_parallel_is_named_though_its_devices_were_ported():
+    """nn.DataParallel by hand: the device strings in the block are ported, and each call
+    that needs several CUDA devices in one process is still an item to change by hand."""
+    source = (
+        HEADER + "from torch.nn import parallel\n"
+        "device = torch.device('cuda:0')\n"
+        "replicas = parallel.replicate(model.to(device), [0, 1])\n"
+        "outputs = parallel.parallel_apply(replicas, parallel.scatter(x.cuda(), [0, 1]))\n"
+        "y = parallel.gather(outputs, 0)\n"
+    ).encode()
+    out, report = port_source(source)
+    assert b"cuda" not in out and len(report.changes) == 2, out.decode()
+    named = sorted((item.line, item.construct.split("(")[0]) for item in report.manual)
+    assert named == [
+        (4, "parallel.replicate"),
+        (5, "parallel.parallel_apply"),
+        (5, "parallel.scatter"),
+        (6, "parallel.gather"),
+    ], report.manual
+    assert all("nn.DataParallel by hand" in item.why for item in report.manual)
 
 
 def test_cudnn_is_kept_and_reported_as_harmless():

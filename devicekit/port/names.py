@@ -229,6 +229,12 @@ _DATA_PARALLEL = (
     "start one process per device (torchrun, or devicekit.launch(fn)), call "
     "devicekit.init_distributed() and wrap with devicekit.wrap_ddp(model)",
 )
+_FUNCTIONAL_DATA_PARALLEL = (
+    "replicate, scatter, parallel_apply and gather are nn.DataParallel by hand: "
+    "single-process multi-GPU, CUDA-only (the CPU builds of torch that Ascend uses lack "
+    "torch._C._broadcast_coalesced)",
+    _DATA_PARALLEL[1],
+)
 _APEX = (
     "apex (NVIDIA's, or Ascend's fork with combine_grad and NpuFused*) runs on one "
     "device kind only",
@@ -337,6 +343,12 @@ MANUAL: dict[str, tuple[str, str]] = {
     "torch.nn.DataParallel": _DATA_PARALLEL,
     "torch.nn.parallel.DataParallel": _DATA_PARALLEL,
     "torch.nn.parallel.data_parallel": _DATA_PARALLEL,
+    "torch.nn.parallel.replicate": _FUNCTIONAL_DATA_PARALLEL,
+    "torch.nn.parallel.scatter": _FUNCTIONAL_DATA_PARALLEL,
+    "torch.nn.parallel.gather": _FUNCTIONAL_DATA_PARALLEL,
+    "torch.nn.parallel.scatter_gather": _FUNCTIONAL_DATA_PARALLEL,
+    "torch.nn.parallel.parallel_apply": _FUNCTIONAL_DATA_PARALLEL,
+    "torch.nn.parallel.comm": _FUNCTIONAL_DATA_PARALLEL,
     "apex": _APEX,
     "cupy": _KERNELS,
     "triton": _KERNELS,

@@ -2,7 +2,9 @@
 
 - rule `pin-memory`: `DataLoader(..., pin_memory=True)` ->
   `DataLoader(..., pin_memory=devicekit.pin_memory())`, and its `pin_memory_device="cuda"`
-  (or "npu") -> `pin_memory_device=devicekit.device_type()`;
+  (or "npu") -> `pin_memory_device=devicekit.device_type()`; the same in a dict of
+  DataLoader arguments (`{"pin_memory": True, "pin_memory_device": "cuda"}`, passed on as
+  `**kwargs`);
 - rule `pin-memory-call`: `x.pin_memory()` -> `(x.pin_memory() if devicekit.pin_memory()
   else x)`; on anything but a name or an attribute it is reported for a manual change.
   Under `if device_type == "cuda":` (ported to `devicekit.is_accelerator(device_type)`)
@@ -15,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import call, keyword
+from devicekit.port._plugins import call, keyword, leave
 from devicekit.port.branches import guarded_by_accelerator
 from devicekit.port.nodes import devicekit_call, is_devicekit_call, replace_arg_value
 
@@ -86,3 +88,33 @@ def pin_memory_device(
 ) -> cst.Call | None:
     """pin_memory_device="npu" -> pin_memory_device=devicekit.device_type()."""
     return port.port_arg(original, updated, arg, "string")
+
+
+@leave(cst.Dict)
+def pin_memory_entries(
+    port: "PortTransformer", original: cst.Dict, updated: cst.Dict
+) -> cst.Dict | None:
+    """{"pin_memory": True, "pin_memory_device": "cuda"} -> {"pin_memory":
+    devicekit.pin_memory(), "pin_memory_device": devicekit.device_type()}: DataLoader's
+    arguments kept in a dict."""
+    elements = [
+        _pin_memory_entry(port, old, new)
+        for old, new in zip(original.elements, updated.elements, strict=True)
+    ]
+    if all(a is b for a, b in zip(elements, updated.elements, strict=True)):
+        return None
+    return port.changed(original, "pin-memory", updated.with_changes(elements=elements))
+
+
+def _pin_memory_entry(
+    port: "PortTransformer", original: cst.BaseDictElement, updated: cst.BaseDictElement
+) -> cst.BaseDictElement:
+    if not isinstance(original, cst.DictElement) or not isinstance(updated, cst.DictElement):
+        return updated  # **more
+    name = original.key.evaluated_value if isinstance(original.key, cst.SimpleString) else None
+    value: cst.BaseExpression | None = None
+    if name == "pin_memory" and m.matches(updated.value, m.Name("True")):
+        value = devicekit_call("pin_memory")
+    elif name == "pin_memory_device":
+        value = port.value(original.value, updated.value, "string")
+    return updated if value is None else updated.with_changes(value=value)

@@ -440,6 +440,18 @@ def test_on_the_npu_stand_in_every_read_back_to_the_host_is_seen(tmp_path):
     ), sync
 
 
+def test_a_synchronize_every_step_is_a_host_sync_and_one_before_the_loop_is_not(tmp_path):
+    report, result = report_of(tmp_path, "synchronizes.py")
+    assert result.returncode == 0, result.stderr
+    (sync,) = by_kind(report, "host-sync")
+    assert (sync["op"], sync["line"], sync["count"]) == (
+        "synchronize()",
+        marked("synchronizes.py", "host-sync"),
+        3,
+    ), sync
+    assert sync["detail"] == "synchronize(): 3 calls in 3 of 4 step periods (1.0 per step)"
+
+
 def test_ctrl_c_stops_the_script_and_still_reports(tmp_path):
     # A process: the script sends itself a real SIGINT.
     report, result = report_of(tmp_path, "interrupted.py", run=preflight)

@@ -162,8 +162,9 @@ _LOCAL_SCALAR = "aten::_local_scalar_dense"
 
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's is unannotated
     """Records into `recording` while active; also counts optimizer steps and stops the
-    run after `max_steps` of them, notes host reads (`.tolist()`), and the device type of
-    every autocast region opened."""
+    run after `max_steps` of them, notes host reads (`.tolist()`) and waits for the device
+    (`synchronize()`: devicekit's, torch.accelerator's, torch.cuda's, torch.npu's), and the
+    device type of every autocast region opened."""
 
     device_seen = False  # a tensor off the CPU was dispatched (the npu stand-in)
 
@@ -174,6 +175,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         self._autocast: list[tuple[str, Where]] = []
         self._computed = WeakIdKeyDictionary()  # tensors computed from parameters
         self._in_backward = 0
+        self._synchronizing = False
         self._undo: list[Callable[[], object]] = []
 
     # -- the operators ----------------------------------------------------------------------
@@ -308,6 +310,27 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
 
             return wrapper
 
+        def synchronize(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(*args: object, **kwargs: object) -> object:
+                if recorder._synchronizing:  # devicekit's call reaching torch's: one wait
+                    return original(*args, **kwargs)
+                where = Where(sys._getframe(1))
+                if not where.internal:
+                    recorder.recording.note(
+                        recorder.recording.host_reads, ("synchronize()", where.site), where
+                    )
+                recorder._synchronizing = True
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    recorder._synchronizing = False
+
+            return wrapper
+
+        for owner in (devicekit, devicekit.accelerator, torch.accelerator, torch.cuda):
+            self._patch(owner, "synchronize", synchronize)
+        if hasattr(torch, "npu"):  # torch_npu's, or the stand-in's
+            self._patch(torch.npu, "synchronize", synchronize)
         self._patch(torch.Tensor, "tolist", tolist)
         self._patch(torch.autograd, "backward", backward)
         self._patch(torch.amp.autocast_mode.autocast, "__enter__", enter)

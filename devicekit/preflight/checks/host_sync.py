@@ -1,5 +1,6 @@
 """`host-sync`: reading a tensor's value on the host (`.item()`, `.tolist()`, printing a
-tensor) inside the step: on an NPU each read waits for all queued device work."""
+tensor) or waiting for the device (`synchronize()`) inside the step: on an NPU each waits
+for all queued device work."""
 
 from devicekit.preflight.checks import Context, Finding
 from devicekit.preflight.recording import Recording
@@ -7,7 +8,7 @@ from devicekit.preflight.recording import Recording
 KIND = "host-sync"
 ADVICE = (
     "keep values on the device inside the step (accumulate a tensor, read it every N "
-    "steps or after the epoch)"
+    "steps or after the epoch); synchronize only where a timing needs it, every N steps"
 )
 
 
@@ -26,7 +27,8 @@ def findings(recording: Recording, context: Context) -> list[Finding]:
                 site[1],
                 list(calls.stack),
                 calls.count,
-                f"{what}: {calls.count} reads in {in_steps} of {steps + 1} step "
+                f"{what}: {calls.count} {'calls' if what == 'synchronize()' else 'reads'} in "
+                f"{in_steps} of {steps + 1} step "
                 f"periods ({calls.count / steps:.1f} per step)",
             )
         )

@@ -188,6 +188,7 @@ CASES = [
     ),
     Case("rank-negative", ["--rank", "-3"], ["--rank -3 must be at least 0, or -1 for not given"]),
     Case("gpu-negative", ["--gpu", "-1"], ["--gpu -1 must be at least 0"]),
+    Case("gpu-below-minus-one", ["--gpu", "-2"], ["--gpu -2 must be at least 0"]),
     Case("local-rank-negative", ["--local-rank", "-4"], ["--local-rank -4 must be at least 0"]),
     Case(
         "rank-without-world-size",

@@ -462,6 +462,9 @@ def validate(args):
     """Check values a parser cannot, and the paths the run will read and write; raise
     UsageError naming the flag. Runs before any rank starts (with
     --multiprocessing-distributed, once in the parent)."""
+    # main.py has no -1 default for these: leave the flag out for "not given".
+    for name, value in (("--gpu", args.gpu), ("--local-rank", args.local_rank)):
+        _positive(name, value, 0)
     launch_options(args)  # a malformed rank, device index or count, named before any work
     for name, value in (
         ("--epochs", args.epochs),
@@ -481,8 +484,6 @@ def validate(args):
         ("--warmup", args.warmup),
         ("--momentum", args.momentum),
         ("--weight-decay", args.weight_decay),
-        ("--gpu", args.gpu),  # no -1 default here: leave the flag out for "not given"
-        ("--local-rank", args.local_rank),
     ):
         _positive(name, value, 0)
     if not 0 < args.lr < math.inf:

@@ -206,6 +206,21 @@ def test_a_script_that_raises_is_named_and_the_findings_so_far_are_kept(tmp_path
     assert marked("raises.py", "float64") in {f["line"] for f in by_kind(report, "float64")}
 
 
+def test_a_crash_inside_torch_is_placed_at_the_scripts_line(tmp_path):
+    """The innermost frame is torch's (nn.Linear's forward); the line named is the
+    script's, and the report does not say that nothing would fail."""
+    report, result = report_of(tmp_path, "crash_in_torch.py")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"devicekit preflight: crash_in_torch.py raised RuntimeError at crash_in_torch.py:"
+        f"{marked('crash_in_torch.py', 'raise')}; the report covers what ran before"
+    ), last
+    assert report["steps"] == 1 and report["findings"] == []
+    assert "nothing this script ran" not in result.stdout, result.stdout
+    assert "nothing that ran before the script raised would fail" in result.stdout
+
+
 def test_a_script_that_never_steps_gets_a_note(tmp_path):
     report, result = report_of(tmp_path, "no_step.py")
     assert result.returncode == 0, result.stderr

@@ -21,12 +21,12 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 import devicekit
 
-# Frames in these folders are not the user's: a finding names the innermost frame outside.
-_NOT_USER = tuple(
-    os.path.dirname(path) + os.sep for path in (torch.__file__, devicekit.__file__)
-) + (
-    sysconfig.get_paths()["stdlib"] + os.sep,
-    "<frozen ",
+# Frames in these folders are not the user's: a finding names the innermost frame outside
+# (torch, devicekit, the standard library and installed packages: never advice to edit one).
+_NOT_USER = (
+    tuple(os.path.dirname(path) + os.sep for path in (torch.__file__, devicekit.__file__))
+    + tuple(sysconfig.get_paths()[name] + os.sep for name in ("stdlib", "purelib", "platlib"))
+    + ("<frozen ",)
 )
 # torch code whose tensors have the parameters' shapes and stay put on the host where
 # torch keeps them (optimizer step counts): not the user's shapes, nor a sync of theirs.
@@ -90,10 +90,16 @@ class Recording:
 _user_code: dict[CodeType, bool] = {}
 
 
+def is_user_file(filename: str) -> bool:
+    """Whether `filename` is the user's code (not torch's, devicekit's, the standard
+    library's or an installed package's)."""
+    return not filename.startswith(_NOT_USER)
+
+
 def _is_user(code: CodeType) -> bool:
     mine = _user_code.get(code)
     if mine is None:
-        mine = _user_code[code] = not code.co_filename.startswith(_NOT_USER)
+        mine = _user_code[code] = is_user_file(code.co_filename)
     return mine
 
 

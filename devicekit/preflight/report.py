@@ -45,8 +45,13 @@ def text(
             lines.append(f"  ... and {len(mine) - SHOWN_PER_KIND} more (--json FILE lists all)")
         lines.append(f"  what to do: {check.ADVICE}")
     if not findings:
+        ran = (
+            "that ran before the script raised"
+            if outcome.startswith("raised")
+            else ("this script ran")
+        )
         lines.append(
-            "nothing this script ran would fail, fall back to the CPU or recompile "
-            "on the NPU in the ways preflight checks"
+            f"nothing {ran} would fail, fall back to the CPU or recompile on the NPU in the "
+            "ways preflight checks"
         )
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import torch.multiprocessing
 
 from devicekit import runtime
 from devicekit.environments import ALL_VARIABLES
-from devicekit.preflight.recording import Recorder, Recording, StopRecording
+from devicekit.preflight.recording import Recorder, Recording, StopRecording, is_user_file
 
 
 class Outcome:
@@ -119,11 +119,8 @@ def run(
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         return Outcome("finished" if code == 0 else f"exited {code}", exit_code=code)
     except Exception as error:  # the user's script raised: report what ran before it
-        frames = [
-            f
-            for f in traceback.extract_tb(error.__traceback__)
-            if not f.filename.startswith(os.path.dirname(__file__))
-        ]
+        # Where the user's code raised it: the innermost frame of theirs, not torch's.
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
         return Outcome("raised", error, where, exit_code=1)

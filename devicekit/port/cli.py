@@ -160,12 +160,17 @@ def _destinations(files: list[_Read], out: str | None) -> dict[Path, Path]:
             raise BadInput(f"{destination}: --out cannot write it: {folder} is a file")
         if folder not in probed:
             probed.add(folder)
-            reason = writable.cannot_hold_files(folder)
-            if reason is not None:
-                raise BadInput(
-                    f"{destination}: --out cannot write it: {folder} cannot hold files ({reason})"
-                )
+            _holds_files(
+                folder, f"{destination}: --out cannot write it: {folder} cannot hold files"
+            )
     return destinations
+
+
+def _holds_files(folder: str | Path, refusal: str) -> None:
+    """BadInput `refusal (why)` unless a file can be made in `folder`."""
+    reason = writable.cannot_hold_files(folder)
+    if reason is not None:
+        raise BadInput(f"{refusal} ({reason})")
 
 
 def _write(path: Path, data: bytes, like: Path | None = None) -> None:
@@ -225,11 +230,7 @@ def _writable(text: str, flag: str, folder: bool = False) -> Path:
             existing = existing.parent
         if not existing.is_dir():
             raise BadInput(f"{text}: {flag} cannot be written: {existing} is not a folder")
-        reason = writable.cannot_hold_files(existing)
-        if reason is not None:
-            raise BadInput(
-                f"{text}: {flag} cannot be written: {existing} cannot hold files ({reason})"
-            )
+        _holds_files(existing, f"{text}: {flag} cannot be written: {existing} cannot hold files")
         longest = os.pathconf(existing, "PC_NAME_MAX")
         if any(len(os.fsencode(part)) > longest for part in path.parts):
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
@@ -282,9 +283,7 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.write:  # each file is replaced by a new one made beside it
         for folder in sorted({item.file.parent for item in results if item.report.changes}):
-            reason = writable.cannot_hold_files(folder)
-            if reason is not None:
-                raise BadInput(f"{folder}: --write cannot replace files here ({reason})")
+            _holds_files(folder, f"{folder}: --write cannot replace files here")
     reports = [r.report for r in results]
     code = _exit_code(reports, args.check)
     for item in results:

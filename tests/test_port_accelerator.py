@@ -69,6 +69,45 @@ BRANCHES = [
         "if device_type == devicekit.accelerator_type():\n    devicekit.synchronize()",
     ),
     (
+        "device.type in ('cuda',)",
+        "scaled = device.type in ('cuda',) and amp_dtype == torch.float16",
+        "scaled = device.type in (devicekit.accelerator_type(),) and amp_dtype == torch.float16",
+    ),
+    (
+        "not in ['cuda', 'npu']",
+        "on_host = device.type not in ['cuda', 'npu']",
+        "on_host = device.type not in [devicekit.accelerator_type()]",
+    ),
+    (
+        "startswith('cuda:')",
+        "if device.startswith('cuda:'):\n    torch.cuda.set_device(device)",
+        "if devicekit.is_accelerator(device):\n    devicekit.set_device(device)",
+    ),
+    (
+        "x.is_cuda guarding a synchronize",
+        "if out.is_cuda:\n    torch.cuda.synchronize()",
+        "if devicekit.is_accelerator(out.device):\n    devicekit.synchronize()",
+    ),
+    (
+        "not batch.is_cuda",
+        "pin = not batch.is_cuda",
+        "pin = not devicekit.is_accelerator(batch.device)",
+    ),
+    (
+        "x.is_npu",
+        "on_npu = next(model.parameters()).is_npu",
+        "on_npu = devicekit.is_accelerator(next(model.parameters()).device)",
+    ),
+    (
+        "is_nccl_available() choosing the backend",
+        "if not torch.distributed.is_available():\n    backend = None\n"
+        "elif use_gpu and torch.distributed.is_nccl_available():\n    backend = 'nccl'\n"
+        "else:\n    backend = 'gloo'",
+        "if not torch.distributed.is_available():\n    backend = None\n"
+        "elif use_gpu and devicekit.is_available():\n    backend = devicekit.backend()\n"
+        "else:\n    backend = 'gloo'",
+    ),
+    (
         "bf16 question",
         "dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() "
         "else 'float16'",
@@ -106,6 +145,9 @@ def test_a_comparison_whose_question_is_unclear_is_manual_not_kept(snippet, cons
     "snippet",
     [
         "if device.type == 'cuda':\n    start = torch.cuda.Event(enable_timing=True)\n",
+        "if x.is_cuda:\n    start = torch.cuda.Event(enable_timing=True)\n",
+        "if device.type in ('cuda',):\n    start = torch.cuda.Event(enable_timing=True)\n",
+        "if torch.distributed.is_nccl_available():\n    v = torch.cuda.nccl.version()\n",
         "if torch.cuda.is_available():\n    major, _ = torch.cuda.get_device_capability()\n",
         "name = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'\n",
         "if torch.cuda.is_available():\n    print(torch.cuda.get_device_name(0))\n"
@@ -167,6 +209,11 @@ GUARDS = [
         "if 'RANK' in os.environ:\n    x = 0\nelif torch.cuda.is_available():\n    x = 1\n"
         "else:\n    print('Does not support training without GPU.')\n    sys.exit(1)",
         "if 'RANK' in os.environ:\n    x = 0\nelse:\n    x = 1",
+    ),
+    (
+        "if the device asked for is cuda: assert available",
+        "if device_type == 'cuda':\n    assert torch.cuda.is_available(), 'no CUDA'\nx = 1",
+        "x = 1",
     ),
 ]
 

@@ -65,7 +65,7 @@ REWRITES = [
     (
         "amp.autocast()",
         "with torch.npu.amp.autocast(): pass",
-        "with devicekit.autocast(enabled=True): pass",
+        "with devicekit.autocast(enabled=devicekit.is_available()): pass",
     ),
     (
         "amp.autocast(enabled)",
@@ -75,7 +75,7 @@ REWRITES = [
     (
         "autocast('npu')",
         "with torch.autocast('npu', dtype=torch.float16): pass",
-        "with devicekit.autocast(enabled=True, dtype=torch.float16): pass",
+        "with devicekit.autocast(enabled=devicekit.is_available(), dtype=torch.float16): pass",
     ),
     (
         "amp.GradScaler()",

@@ -24,7 +24,7 @@ from devicekit.errors import UsageError
 from devicekit.port import npu_imports
 from devicekit.port.facts import Facts
 from devicekit.port.imports import add_devicekit, drop_unused, import_uses
-from devicekit.port.report import FileReport
+from devicekit.port.report import FileReport, grouped
 from devicekit.port.transformer import PortTransformer
 
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
@@ -318,8 +318,8 @@ def port_module(module: cst.Module, path: str) -> tuple[cst.Module, FileReport]:
     report = FileReport(
         path,
         sorted(transformer.changes() + dropped, key=lambda c: c.line),
-        sorted(transformer.manual() + still_needed, key=lambda i: i.line),
-        transformer.info(),
+        grouped(transformer.manual() + still_needed),
+        grouped(transformer.info()),
     )
     return add_devicekit(ported), report
 

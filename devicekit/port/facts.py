@@ -68,6 +68,8 @@ class Facts(cst.BatchableCSTVisitor):
         self._parameter_of: dict[int, tuple[int, str]] = {}
         self.rank_parameters: set[tuple[int, str]] = set()
         self.compared_kinds: set[str] = set()  # "cuda", "npu": what comparisons name
+        self.names_a_scaler = False  # a name with "scaler" in it, or apex's scale_loss
+        self.names_backward = False  # `.backward`: the file trains, not only evaluates
         self._rank_calls: set[int] = set()  # id() of calls that give a rank
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
@@ -110,6 +112,9 @@ class Facts(cst.BatchableCSTVisitor):
                 self.compared_kinds.add(kind)
 
     def visit_Name(self, node: cst.Name) -> None:
+        if "scaler" in node.value.lower() or node.value == "scale_loss":
+            self.names_a_scaler = True
+        self.names_backward |= node.value == "backward"
         scope = self.get_metadata(ScopeProvider, node, None)
         if scope is None or node.value not in scope:
             return

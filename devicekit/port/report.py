@@ -2,6 +2,7 @@
 
 import dataclasses
 from collections import Counter
+from typing import TypeVar
 
 
 @dataclasses.dataclass
@@ -18,21 +19,43 @@ class Change:
 
 @dataclasses.dataclass
 class Manual:
-    """A construct left alone: it needs a change by hand."""
+    """A construct left alone: it needs a change by hand. The same reason at other lines of
+    the file is one item: `also` holds those lines, `construct` each distinct construct."""
 
     line: int
     construct: str
     why: str
     fix: str
+    also: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class Info:
-    """A construct kept on purpose, reported for the reader."""
+    """A construct kept on purpose, reported for the reader (grouped as Manual is)."""
 
     line: int
     construct: str
     note: str
+    also: list[int] = dataclasses.field(default_factory=list)
+
+
+_Item = TypeVar("_Item", Manual, Info)
+
+
+def grouped(items: list[_Item]) -> list[_Item]:
+    """One item per reason, at its first line: one apex item with its lines, not fifteen."""
+    first: dict[tuple[str, ...], _Item] = {}
+    for item in sorted(items, key=lambda i: i.line):
+        reason = (item.why, item.fix) if isinstance(item, Manual) else (item.note,)
+        if reason not in first:
+            first[reason] = dataclasses.replace(item, also=[])
+            continue
+        kept = first[reason]
+        if item.line != kept.line and item.line not in kept.also:
+            kept.also.append(item.line)
+        if item.construct not in kept.construct.split("; "):
+            kept.construct += f"; {item.construct}"
+    return list(first.values())
 
 
 @dataclasses.dataclass
@@ -84,6 +107,12 @@ def to_json(files: list[FileReport], mode: str, exit_code: int) -> dict[str, obj
     }
 
 
+def _also(lines: list[int]) -> str:
+    if not lines:
+        return ""
+    return f" (also line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})"
+
+
 def _one_line(code: str) -> str:
     return " ".join(code.split())
 
@@ -99,9 +128,11 @@ def human(files: list[FileReport], pending: bool) -> str:
                 for c in f.changes
             ]
         for m in f.manual:
-            lines.append(f"{f.path}:{m.line}: manual: {m.construct}: {m.why}. Fix: {m.fix}")
+            lines.append(
+                f"{f.path}:{m.line}: manual{_also(m.also)}: {m.construct}: {m.why}. Fix: {m.fix}"
+            )
         for i in f.info:
-            lines.append(f"{f.path}:{i.line}: kept: {i.construct}: {i.note}")
+            lines.append(f"{f.path}:{i.line}: kept{_also(i.also)}: {i.construct}: {i.note}")
     counts = summary(files)
     verb = "to change" if pending else "changed"
     lines.append(

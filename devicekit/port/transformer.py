@@ -4,9 +4,9 @@ _plugins/ (one module per idiom) and records what they changed, left and kept.
 Every rewrite keeps what the script computes on a GPU: `x.cuda(i)` becomes
 `x.to(devicekit.device(i))` (cuda:i there), `backend="nccl"` becomes
 `devicekit.backend()` ("nccl" there), `torch.cuda.amp.autocast()` becomes
-`devicekit.autocast(enabled=True)` (float16 autocast there). Strings stay strings
-(`device = "cuda"` becomes `devicekit.device_type()`, "cuda" on a GPU) and devices stay
-devices. What has no portable equivalent is left alone and reported (see names.MANUAL).
+`devicekit.autocast(enabled=devicekit.is_available())` (float16 autocast there). Strings
+stay strings (`device = "cuda"` becomes `devicekit.device_type()`, "cuda" on a GPU) and
+devices stay devices. What has no portable equivalent is left alone and reported (see names.MANUAL).
 
 Rules match on the original tree (qualified names come from its metadata) and build from
 the updated one, so nested rewrites compose: `torch.device("cuda" if
@@ -313,7 +313,8 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
     ) -> cst.BaseExpression:
-        return self._reference(original_node, updated_node)
+        left = self._leave(original_node, updated_node)
+        return self._reference(original_node, updated_node) if left is updated_node else left
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         parent = self.parent(original_node)

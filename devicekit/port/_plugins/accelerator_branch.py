@@ -1,8 +1,11 @@
 """Rule `accelerator-branch`: a comparison with an accelerator's name asks "is this device
 an accelerator?", and follows devicekit's answer:
 
-- `"cuda" in device`, `device.startswith("cuda")` -> `devicekit.is_accelerator(device)`
-  (`not ...` for `not in`);
+- `"cuda" in device`, `device.startswith("cuda")` (or `"cuda:"`) ->
+  `devicekit.is_accelerator(device)` (`not ...` for `not in`);
+- `device.type in ("cuda",)` (a tuple, list or set of device types) -> `device.type in
+  (devicekit.accelerator_type(),)`: timm keeps its fp16 loss scaler for the types so
+  listed, and left as written an NPU trains fp16 with no loss scaling;
 - `device_type == "cuda"`, `device.type != "cuda"` -> `device_type ==
   devicekit.accelerator_type()` ("cuda" on a GPU, "npu" on an NPU, None on a CPU), so
   that it answers on a GPU exactly as before (`"cuda:0" == "cuda"` stays false).
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
 _RULE = "accelerator-branch"
+_INDEXED = tuple(f"{kind}:" for kind in ACCELERATOR_TYPES)  # `device.startswith("cuda:")`
 _MANUAL = (
     "a comparison with a backend or an indexed device name: what it asks cannot be read from it",
     'write devicekit.is_accelerator(device) for "is this an '
@@ -98,6 +102,39 @@ def comparison(
     return None
 
 
+@leave(cst.Comparison)
+def membership(
+    port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
+) -> cst.Comparison | None:
+    """device.type in ("cuda",) -> device.type in (devicekit.accelerator_type(),)."""
+    if len(original.comparisons) != 1 or guards_device_only_code(port, original):
+        return None
+    target = updated.comparisons[0]
+    kinds = target.comparator
+    if not (
+        isinstance(target.operator, (cst.In, cst.NotIn))
+        and isinstance(kinds, (cst.Tuple, cst.List, cst.Set))
+        and any(is_accelerator_name(element.value) for element in kinds.elements)
+    ):
+        return None
+    answer = devicekit_call("accelerator_type")
+    elements: list[cst.BaseElement] = []
+    for element in kinds.elements:
+        if is_accelerator_name(element.value):
+            if any(e.value is answer for e in elements):
+                continue  # ("cuda", "npu"): one answer stands for both
+            element = element.with_changes(value=answer)
+        elements.append(element)
+    if len(elements) == 1 and isinstance(kinds, cst.Tuple):
+        elements[0] = elements[0].with_changes(comma=cst.Comma())
+    else:
+        elements[-1] = elements[-1].with_changes(comma=kinds.elements[-1].comma)
+    ported = kinds.with_changes(elements=elements)
+    return port.changed(
+        original, _RULE, updated.with_changes(comparisons=[target.with_changes(comparator=ported)])
+    )
+
+
 @call(lambda port, qualified, method: method == "startswith")
 def startswith(
     port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
@@ -107,7 +144,7 @@ def startswith(
         not isinstance(updated.func, cst.Attribute)
         or len(updated.args) != 1
         or updated.args[0].keyword is not None
-        or not is_accelerator_name(updated.args[0].value)
+        or string_value(updated.args[0].value) not in (*ACCELERATOR_TYPES, *_INDEXED)
     ):
         return None
     return port.changed(original, _RULE, _asks(updated.func.value, False, original))

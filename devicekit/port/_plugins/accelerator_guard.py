@@ -3,7 +3,8 @@ because the ported script runs on a CPU too, DDP included (over gloo), and that 
 was ported:
 
 - `assert torch.cuda.is_available(), "we need CUDA for DDP"` (or
-  `assert torch.cuda.device_count() > 0`) is removed;
+  `assert torch.cuda.device_count() > 0`) is removed, with the `if device_type == "cuda":`
+  around it when it held nothing else;
 - `if not torch.cuda.is_available(): sys.exit("no GPU")` (a body that stops the program:
   messages (print, logging, warnings) then `raise` or `sys.exit()`) is removed;
 - `elif torch.cuda.is_available(): <setup> else: <report and exit>` keeps the setup as the
@@ -107,6 +108,15 @@ def if_statement(
     """if not torch.cuda.is_available(): exit: removed; an available-or-exit branch: its
     setup, unconditional."""
     test = original.test
+    if original.orelse is None and all(
+        isinstance(line, cst.SimpleStatementLine)
+        and all(
+            isinstance(small, cst.Assert) and _demands_accelerator(port, small.test)
+            for small in line.body
+        )
+        for line in _statements(original.body)
+    ):  # `if device_type == "cuda": assert torch.cuda.is_available()`: nothing left to run
+        return port.removed(original, _RULE)
     if (
         isinstance(test, cst.UnaryOperation)
         and isinstance(test.operator, cst.Not)

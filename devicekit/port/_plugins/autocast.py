@@ -1,7 +1,16 @@
 """Rule `autocast`: `torch.cuda.amp.autocast(...)`, `torch.autocast("cuda", ...)` ->
-`devicekit.autocast(enabled=..., dtype=...)`, on (enabled=True) unless the script said
-otherwise. `cache_enabled=` or arguments that cannot be read are reported for a manual
-change; an autocast for another device (`torch.autocast("cpu")`) is left alone."""
+`devicekit.autocast(enabled=..., dtype=...)`. The script's own `enabled=` is kept; without
+one, `enabled=devicekit.is_available()`: on where an accelerator computes, as the original
+was on its GPU, and off on a CPU, where a CUDA autocast does nothing and the original
+trained in fp32 (forcing it on would run bf16 there, emulated and about 2x slower on a CPU
+without bf16 instructions). `cache_enabled=` or arguments that cannot be read are reported
+for a manual change; an autocast for another device (`torch.autocast("cpu")`) is left
+alone.
+
+A ported autocast that may compute in float16 (no dtype, or one that is not bfloat16) in
+a file that trains (calls `.backward`) and names no loss scaler (nothing called
+`*scaler*`, no apex `scale_loss`) is also reported: fp16 gradients underflow without
+loss scaling, on an NPU as on a GPU."""
 
 from typing import TYPE_CHECKING
 
@@ -11,6 +20,7 @@ from devicekit.port import names
 from devicekit.port._plugins import call
 from devicekit.port.nodes import (
     bound_args,
+    code,
     devicekit_call,
     is_devicekit_call,
     keyword,
@@ -20,13 +30,22 @@ from devicekit.port.nodes import (
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
 
+_UNSCALED = (
+    "autocasts in float16 on a GPU or an NPU, and nothing in this file builds or calls a "
+    "loss scaler: small fp16 gradients underflow to zero without one",
+    "build scaler = devicekit.GradScaler(enabled=True) and step through it "
+    "(scaler.scale(loss).backward(), scaler.step(optimizer), scaler.update()), or autocast "
+    "with dtype=torch.bfloat16 where devicekit.is_bf16_supported(); nothing to do if "
+    "another file scales this loss",
+)
+
 
 @call(lambda port, qualified, method: bool(qualified & (names.AUTOCAST | names.DEVICE_AUTOCAST)))
 def autocast(
     port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """torch.cuda.amp.autocast(...), torch.autocast("cuda", ...) -> devicekit.autocast(
-    enabled=..., dtype=...)."""
+    enabled=... or devicekit.is_available(), dtype=...)."""
     params = names.AUTOCAST_PARAMS if qualified & names.AUTOCAST else names.DEVICE_AUTOCAST_PARAMS
     bound = bound_args(updated, params)
     if len(bound) != len(updated.args):
@@ -45,7 +64,14 @@ def autocast(
     if "cache_enabled" in bound:
         port.report(original, names.REASONS["autocast-args"])
         return updated
-    enabled = bound["enabled"].value if "enabled" in bound else cst.Name("True")
+    facts = port.facts
+    if (
+        facts.names_backward
+        and not facts.names_a_scaler
+        and "bfloat16" not in code(bound.get("dtype", updated))
+    ):
+        port.report(original, _UNSCALED)
+    enabled = bound["enabled"].value if "enabled" in bound else devicekit_call("is_available")
     args = [keyword("enabled", enabled)]
     if "dtype" in bound:
         args.append(keyword("dtype", bound["dtype"].value))

@@ -2,8 +2,10 @@
 (names.MANUAL: CUDA events, streams and graphs, NVTX, device properties, nn.DataParallel,
 C++/CUDA extensions, apex, cupy, triton, pynvml, torch_npu's operators, optimizers and
 profiler, ...) and any torch.cuda or torch.npu name no other rule ports. Imports of the
-CUDA-only packages and their decorators (`@triton.jit`) are reported too. Each item says
-why and what to do instead."""
+CUDA-only packages and their decorators (`@triton.jit`) are reported too, except an
+import the script guards with its own fallback (`try: from apex import amp` / `except
+ImportError: amp = None`). Each item says why and what to do instead; Ascend apex's
+`amp.initialize(..., combine_ddp=True)` says what to wrap in DDP."""
 
 from typing import TYPE_CHECKING
 
@@ -25,9 +27,62 @@ def _report(port: "PortTransformer", node: cst.CSTNode, name: str) -> None:
         port.report(node, reason)
 
 
+_OPTIONAL = (
+    "{package} is optional here (every import of it has an `except ImportError` fallback): "
+    "this runs only where {package} is installed and chosen"
+)
+
+
+def _optional_package(port: "PortTransformer", name: str) -> str | None:
+    """The CUDA-only package `name` belongs to, when every import of it in this file has
+    its own fallback (timm's `try: from apex import amp` / `except ImportError:`)."""
+    package = name.split(".")[0]
+    if package not in names.MANUAL_IMPORTS:
+        return None
+    imports = [
+        node
+        for node in m.findall(port.module, m.Import() | m.ImportFrom())
+        if any(module.split(".")[0] == package for module in _modules(node))
+    ]
+    return package if imports and all(_falls_back(port, node) for node in imports) else None
+
+
+def _modules(node: cst.CSTNode) -> list[str]:
+    if isinstance(node, cst.Import):
+        return [code(alias.name) for alias in node.names]
+    if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+        return [code(node.module)]
+    return []
+
+
 def _report_import(port: "PortTransformer", node: cst.CSTNode, module: str) -> None:
-    if module.split(".")[0] in names.MANUAL_IMPORTS:
+    if module.split(".")[0] in names.MANUAL_IMPORTS and not _falls_back(port, node):
         _report(port, node, module)
+
+
+def _falls_back(port: "PortTransformer", node: cst.CSTNode) -> bool:
+    """Whether the import `node` stands in a `try:` whose `except ImportError` (or
+    ModuleNotFoundError, or a bare `except`) gives the script a way on without it."""
+    child, parent = node, port.parent(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, cst.Try) and parent.body is child:
+            return any(
+                handler.type is None
+                or any(
+                    code(caught) in _IMPORT_ERRORS
+                    for caught in (
+                        [e.value for e in handler.type.elements]
+                        if isinstance(handler.type, cst.Tuple)
+                        else [handler.type]
+                    )
+                )
+                for handler in parent.handlers
+            )
+        child, parent = parent, port.parent(parent)
+    return False
+
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception"}
 
 
 @leave(cst.Import)
@@ -66,8 +121,36 @@ def manual_call(port: "PortTransformer", original: cst.Call, qualified: set[str]
         # is the one to report
     for name in qualified:
         reason = names.manual_reason(name)
-        if reason and not name.startswith(_DEVICE_MODULES):  # those: device_module below
+        if name == "apex.amp.initialize" and _combines_ddp(original):
+            reason = _COMBINED_DDP
+        if not reason or name.startswith(_DEVICE_MODULES):  # those: device_module below
+            continue
+        optional = _optional_package(port, name)
+        if optional and reason is not _COMBINED_DDP:
+            port.keep(original, _OPTIONAL.format(package=optional))
+        else:
             port.report(original, reason)
+
+
+# Ascend's apex all-reduces the gradients inside amp when asked, and the scripts that ask
+# build no DDP wrapper of their own.
+_COMBINED_DDP = (
+    "Ascend apex's amp.initialize(..., combine_ddp=True) also all-reduces the gradients, so "
+    "this script wraps no DDP of its own: replacing amp.initialize alone leaves the ranks' "
+    "gradients never all-reduced, and each rank trains its own model",
+    "replace amp.initialize with devicekit.autocast() + devicekit.GradScaler(), and wrap "
+    "the model it returned with model = devicekit.wrap_ddp(model) before the optimizer "
+    "steps (one all-reduce per step, as combine_ddp gave)",
+)
+
+
+def _combines_ddp(call: cst.Call) -> bool:
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value == "combine_ddp"
+        and not m.matches(arg.value, m.Name("False") | m.Name("None"))
+        for arg in call.args
+    )
 
 
 @reference

@@ -7,7 +7,10 @@ from devicekit.preflight.checks import Context, Finding
 from devicekit.preflight.recording import Recording
 
 KIND = "cuda-only"
-ADVICE = "python -m devicekit port --write FILE rewrites these; the rest are listed by hand"
+ADVICE = (
+    "python -m devicekit port --write FILE rewrites those shown with '->'; "
+    "the others it cannot, and each says what to change by hand"
+)
 
 
 def findings(recording: Recording, context: Context) -> list[Finding]:

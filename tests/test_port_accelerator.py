@@ -150,15 +150,27 @@ def test_a_comparison_whose_question_is_unclear_is_manual_not_kept(snippet, cons
         "if torch.distributed.is_nccl_available():\n    v = torch.cuda.nccl.version()\n",
         "if torch.cuda.is_available():\n    major, _ = torch.cuda.get_device_capability()\n",
         "name = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'\n",
-        "if torch.cuda.is_available():\n    print(torch.cuda.get_device_name(0))\n"
-        "else:\n    sys.exit('no GPU')\n",
     ],
 )
 def test_a_test_guarding_cuda_only_code_is_not_widened_to_every_accelerator(snippet):
-    """On an NPU the guarded CUDA call must stay skipped, as it was."""
+    """On an NPU the guarded CUDA call must stay skipped, as it was: the script's own way
+    on, so the call is kept with that reason, not an item to change by hand."""
     text, report = port(snippet)
     assert text == snippet and report.changes == []
-    assert report.manual, "the CUDA-only code it guards is reported"
+    assert report.manual == []
+    assert any("behind the script's own test for its device" in i.note for i in report.info)
+
+
+def test_cuda_only_code_whose_guard_exits_otherwise_is_still_manual():
+    """`else: sys.exit('no GPU')`: the NPU run stops there, so the user must act."""
+    snippet = (
+        "if torch.cuda.is_available():\n    print(torch.cuda.get_device_name(0))\n"
+        "else:\n    sys.exit('no GPU')\n"
+    )
+    text, report = port(snippet)
+    assert text == snippet and report.changes == []
+    [item] = report.manual
+    assert item.construct == "torch.cuda.get_device_name(0)"
 
 
 def test_equality_tells_devices_apart_in_a_script_that_names_both():

@@ -7,7 +7,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port.nodes import ACCELERATOR_TYPES, string_value
+from devicekit.port.nodes import ACCELERATOR_TYPES, code, string_value
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
@@ -23,9 +23,18 @@ _ACCELERATOR_TYPE = m.Call(
 )
 
 
+_AVAILABLE = {
+    "torch.cuda.is_available",
+    "torch.distributed.is_nccl_available",
+    "devicekit.is_available",
+    "devicekit.is_accelerator",
+}
+
+
 def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> bool:
-    """`"cuda" in device`, `device_type == "npu"`, `device.startswith("cuda")`,
-    `torch.cuda.is_available()`, or their ported forms (`device_type ==
+    """`"cuda" in device`, `device_type == "npu"`, `device.type in ("cuda",)`,
+    `device.startswith("cuda")`, `torch.cuda.is_available()`, `dist.is_nccl_available()`,
+    `x.is_cuda`, or their ported forms (`device_type ==
     devicekit.accelerator_type()`, `devicekit.is_accelerator(device)`, ...)."""
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         operator, left = test.comparisons[0].operator, test.left
@@ -36,7 +45,18 @@ def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
                 is_accelerator_name(side) or m.matches(side, _ACCELERATOR_TYPE)
                 for side in (left, right)
             )
-        ) or (isinstance(operator, cst.In) and is_accelerator_name(left))
+        ) or (
+            isinstance(operator, cst.In)
+            and (
+                is_accelerator_name(left)
+                or (
+                    isinstance(right, (cst.Tuple, cst.List, cst.Set))
+                    and any(is_accelerator_name(e.value) for e in right.elements)
+                )
+            )
+        )
+    if isinstance(test, cst.Attribute) and test.attr.value in ("is_cuda", "is_npu"):
+        return True
     if isinstance(test, cst.Call):
         if (
             m.matches(test.func, m.Attribute(attr=m.Name("startswith")))
@@ -44,10 +64,57 @@ def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
             and is_accelerator_name(test.args[0].value)
         ):
             return True
-        return bool(
-            port.qualified(test.func)
-            & {"torch.cuda.is_available", "devicekit.is_available", "devicekit.is_accelerator"}
-        )
+        return bool(port.qualified(test.func) & _AVAILABLE)
+    return False
+
+
+_EXITS = {"exit", "quit", "sys.exit", "os._exit"}
+_MESSAGES = {"print", "warnings.warn"}
+_LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical"}  # logging.x, log.x
+
+
+def only_stops(block: cst.BaseSuite) -> bool:
+    """Whether `block` stops the program: messages (print, logging, warnings), then a
+    `raise` or an exit. (A `return` or a message alone is a branch, not a refusal.)"""
+    lines = [block] if isinstance(block, cst.SimpleStatementSuite) else block.body
+    smalls: list[cst.BaseSmallStatement] = []
+    for line in lines:
+        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return False
+        smalls += line.body
+    return bool(smalls) and _stops(smalls[-1]) and all(map(_reports, smalls[:-1]))
+
+
+def _stops(small: cst.BaseSmallStatement) -> bool:
+    return isinstance(small, cst.Raise) or (
+        isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.Call)
+        and code(small.value.func) in _EXITS
+    )
+
+
+def _reports(small: cst.BaseSmallStatement) -> bool:
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        return False
+    func = small.value.func
+    return code(func) in _MESSAGES or m.matches(
+        func, m.Attribute(value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS)))
+    )
+
+
+def skipped_elsewhere(port: "PortTransformer", node: cst.CSTNode) -> bool:
+    """Whether `node` (of the original tree) runs only behind the script's own test for
+    one device kind, left as written (`if torch.cuda.is_available(): ...`, `x if
+    device.type == "cuda" else y`), whose other way does not stop the program: on another
+    device the script skips it, as its author meant."""
+    child, parent = node, port.parent(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, (cst.If, cst.IfExp)) and parent.body is child:
+            if not asks_for_accelerator(port, parent.test):
+                return False
+            orelse = parent.orelse
+            return not (isinstance(orelse, cst.Else) and only_stops(orelse.body))
+        child, parent = parent, port.parent(parent)
     return False
 
 

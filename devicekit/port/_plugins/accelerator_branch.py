@@ -16,7 +16,7 @@ skipped, fused AdamW is not used.
 
 Left alone: a comparison with devicekit's own answer (`devicekit.device_type() == "npu"`);
 one that guards code for that device only (`if device.type == "cuda": torch.cuda.Event(...)`,
-reported there), which must not run on another accelerator; `==`/`!=` in a script that
+kept there too), which must not run on another accelerator; `==`/`!=` in a script that
 compares with both "cuda" and "npu" (it tells the devices apart, and its device value is
 ported). A comparison with a backend name (`backend == "nccl"`), an indexed device
 (`device == "cuda:0"`) or in a chain is reported for a manual change: what it asks cannot

@@ -15,11 +15,9 @@ was ported:
 from typing import TYPE_CHECKING
 
 import libcst as cst
-import libcst.matchers as m
 
 from devicekit.port._plugins import leave
-from devicekit.port.branches import guards_device_only_code
-from devicekit.port.nodes import code
+from devicekit.port.branches import guards_device_only_code, only_stops
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
@@ -27,9 +25,6 @@ if TYPE_CHECKING:
 _RULE = "accelerator-guard"
 _AVAILABLE = "torch.cuda.is_available"  # torch.npu's is its twin
 _COUNT = "torch.cuda.device_count"
-_EXITS = {"exit", "quit", "sys.exit", "os._exit"}
-_MESSAGES = {"print", "warnings.warn"}
-_LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical"}  # logging.x, log.x
 
 
 def _is_call_of(port: "PortTransformer", node: cst.CSTNode, name: str) -> bool:
@@ -49,35 +44,6 @@ def _demands_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
         bound = {cst.GreaterThan: "0", cst.GreaterThanEqual: "1"}.get(type(target.operator))
         return isinstance(target.comparator, cst.Integer) and target.comparator.value == bound
     return False
-
-
-def _only_stops(port: "PortTransformer", block: cst.BaseSuite) -> bool:
-    """Whether `block` stops the program: messages (print, logging, warnings), then a
-    `raise` or an exit. (A `return` or a message alone is a branch, not a refusal.)"""
-    lines = [block] if isinstance(block, cst.SimpleStatementSuite) else block.body
-    smalls: list[cst.BaseSmallStatement] = []
-    for line in lines:
-        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            return False
-        smalls += line.body
-    return bool(smalls) and _stops(smalls[-1]) and all(map(_reports, smalls[:-1]))
-
-
-def _stops(small: cst.BaseSmallStatement) -> bool:
-    return isinstance(small, cst.Raise) or (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and code(small.value.func) in _EXITS
-    )
-
-
-def _reports(small: cst.BaseSmallStatement) -> bool:
-    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
-        return False
-    func = small.value.func
-    return code(func) in _MESSAGES or m.matches(
-        func, m.Attribute(value=m.Name(), attr=m.OneOf(*map(m.Name, _LOG_LEVELS)))
-    )
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.SimpleStatementLine | cst.BaseCompoundStatement]:
@@ -122,14 +88,14 @@ def if_statement(
         and isinstance(test.operator, cst.Not)
         and _demands_accelerator(port, test.expression)
         and original.orelse is None
-        and _only_stops(port, original.body)
+        and only_stops(original.body)
     ):
         return port.removed(original, _RULE)
     orelse = original.orelse
     if not (
         _demands_accelerator(port, test)
         and isinstance(orelse, cst.Else)
-        and _only_stops(port, orelse.body)
+        and only_stops(orelse.body)
     ) or guards_device_only_code(port, test):
         return None
     parent = port.parent(original)

@@ -2,10 +2,15 @@
 (names.MANUAL: CUDA events, streams and graphs, NVTX, device properties, nn.DataParallel,
 C++/CUDA extensions, apex, cupy, triton, pynvml, torch_npu's operators, optimizers and
 profiler, ...) and any torch.cuda or torch.npu name no other rule ports. Imports of the
-CUDA-only packages and their decorators (`@triton.jit`) are reported too, except an
-import the script guards with its own fallback (`try: from apex import amp` / `except
-ImportError: amp = None`). Each item says why and what to do instead; Ascend apex's
-`amp.initialize(..., combine_ddp=True)` says what to wrap in DDP."""
+CUDA-only packages and their decorators (`@triton.jit`) are reported too. Each item says
+why and what to do instead; Ascend apex's `amp.initialize(..., combine_ddp=True)` says
+what to wrap in DDP.
+
+Kept instead, with the reason, where the script has its own way on: a torch.cuda or
+torch.npu name behind the script's own test for its device (`if torch.cuda.is_available():
+torch.cuda.get_device_name()`), unless the test's other way stops the program; and the
+uses of a package every import of which has an `except ImportError` fallback (`try: from
+apex import amp` / `except ImportError: amp = None`)."""
 
 from typing import TYPE_CHECKING
 
@@ -14,6 +19,7 @@ import libcst.matchers as m
 
 from devicekit.port import names
 from devicekit.port._plugins import leave, npu_setting, reference, unported_call
+from devicekit.port.branches import skipped_elsewhere
 from devicekit.port.nodes import code
 
 if TYPE_CHECKING:
@@ -177,4 +183,14 @@ def device_module(
         return  # the call rules port it with its arguments
     if names.npu_setting(name) and npu_setting.is_guarded(port, original):
         return
-    _report(port, original if called is None else called, name)
+    item = original if called is None else called
+    if skipped_elsewhere(port, item):
+        port.keep(item, _SKIPPED)
+        return
+    _report(port, item, name)
+
+
+_SKIPPED = (
+    "runs only behind the script's own test for its device, left as written: on another "
+    "device the script skips it, as it did before"
+)

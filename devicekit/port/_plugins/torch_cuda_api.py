@@ -40,8 +40,7 @@ def torch_cuda_call(
     if short == "is_available" and guards_device_only_code(port, original):
         port.keep(
             original,
-            "kept: it guards code for that device only (reported), which "
-            "must not run on another accelerator",
+            "kept: it guards code for that device only, which must not run on another accelerator",
         )
         return updated
     args = list(updated.args)

@@ -260,6 +260,40 @@ def test_a_capacity_that_is_no_size_is_refused(value):
     )
 
 
+_SPARSE = """
+import json, torch, devicekit
+from torch import nn
+out = {}
+bag = nn.EmbeddingBag(10, 4, sparse=True).npu()
+try:
+    bag(torch.tensor([[1, 2]], device="npu")).sum().backward()
+except devicekit.UsageError as error:
+    out["bag"] = str(error)
+dense = nn.Embedding(10, 4).npu()
+dense(torch.tensor([1, 2], device="npu")).sum().backward()
+out["dense"] = [str(dense.weight.grad.layout), str(dense.weight.grad.device)]
+print(json.dumps(out), flush=True)
+table = nn.Embedding(10, 4, sparse=True).npu()
+table(torch.tensor([1, 2], device="npu")).sum().backward()  # uncaught: the user's one line
+"""
+_NOT_SIMULATED = (
+    "sparse tensors are not simulated by the npu stand-in "
+    "(aten::_sparse_coo_tensor_with_dims_and_tensors makes one: a sparse gradient, as "
+    "nn.Embedding and nn.EmbeddingBag give with sparse=True), and torch_npu 2.13.0 computes "
+    "only add, mul, max and coalesce on them: use dense gradients (sparse=False)"
+)
+
+
+def test_sparse_gradients_are_refused_in_one_line_and_dense_ones_train():
+    """Sparse tensors are not simulated (torch_npu computes almost nothing on them):
+    EmbeddingBag's and Embedding's sparse gradients are refused naming the fix, whether
+    the CPU kernel or torch's composite makes them; the dense gradient works."""
+    result = run_python(["-c", _SPARSE])
+    out = json.loads(result.stdout)
+    assert out == {"bag": _NOT_SIMULATED, "dense": ["torch.strided", "npu:0"]}, out
+    assert error_line(result) == f"error: {_NOT_SIMULATED}"
+
+
 def test_training_on_npu_equals_training_on_cpu_bit_for_bit():
     out = scenario("""
 import copy

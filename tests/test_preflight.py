@@ -65,8 +65,13 @@ def preflight_here(*args, cwd=SCRIPTS, **env):
 
 def marked(script, kind):
     """The line of `script` marked `# <kind>`."""
-    lines = (SCRIPTS / script).read_text().splitlines()
-    return next(number for number, text in enumerate(lines, 1) if f"# <{kind}>" in text)
+    return min(all_marked(script, kind))
+
+
+def all_marked(script, kind):
+    """The lines of `script` marked `# <kind>`."""
+    lines = Path(SCRIPTS, script).read_text().splitlines()
+    return {number for number, text in enumerate(lines, 1) if f"# <{kind}>" in text}
 
 
 def report_of(tmp_path, *args, run=preflight_here, **env):
@@ -120,8 +125,19 @@ def test_the_findings_name_the_operator_and_what_was_seen(hazards):
     assert "[2, 5, 16]" in pooled["detail"] and "[4, 5, 16]" in pooled["detail"], pooled
     (reads,) = by_kind(report, "host-sync")
     assert reads["count"] == 3 and "1.0 per step" in reads["detail"], reads
-    assert set(report) == {"torch_npu", "steps", "findings"}
-    assert set(report["findings"][0]) == {"kind", "op", "file", "line", "stack", "count", "detail"}
+    assert set(report) == {"torch_npu", "steps", "findings", "host_side"}
+    assert report["host_side"] == []
+    assert set(report["findings"][0]) == {
+        "kind",
+        "op",
+        "file",
+        "line",
+        "stack",
+        "count",
+        "detail",
+        "via",
+    }
+    assert {finding["via"] for finding in report["findings"]} == {""}, "all the script's own"
 
 
 def test_the_scripts_own_output_passes_through_first(hazards):
@@ -219,6 +235,24 @@ def test_a_crash_inside_torch_is_placed_at_the_scripts_line(tmp_path):
     assert report["steps"] == 1 and report["findings"] == []
     assert "nothing this script ran" not in result.stdout, result.stdout
     assert "nothing that ran before the script raised would fail" in result.stdout
+
+
+def test_a_script_that_runs_out_of_memory_says_so_in_one_line(tmp_path):
+    """What ends a script alone in one line (a usage mistake, the npu stand-in's refusals,
+    running out of memory) is that line under preflight too, not a traceback."""
+    # 1 PiB: more than an x86-64 or arm64 address space holds, so it fails at once
+    (tmp_path / "big.py").write_text(
+        "import torch\n\nbatch = torch.empty(1 << 50, dtype=torch.uint8)\n"
+    )
+    _, result = report_of(tmp_path, "big.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    first, last = result.stderr.strip().splitlines()
+    assert first.startswith("error: out of memory: the CPU can't allocate memory"), first
+    assert last == (
+        "devicekit preflight: big.py raised RuntimeError at big.py:3; the report covers what "
+        "ran before"
+    ), last
 
 
 def test_a_script_that_never_steps_gets_a_note(tmp_path):
@@ -465,6 +499,99 @@ def test_a_synchronize_every_step_is_a_host_sync_and_one_before_the_loop_is_not(
         3,
     ), sync
     assert sync["detail"] == "synchronize(): 3 calls in 3 of 4 step periods (1.0 per step)"
+
+
+@pytest.mark.parametrize("synthetic", [False, True], ids=["dataset", "generator"])
+def test_work_on_the_host_is_not_the_devices(tmp_path, synthetic):
+    """A Dataset's work at random sizes (resizing, erasing a random patch, a boolean mask)
+    is the host's: no finding. A generator's, outside any DataLoader, is listed apart as
+    host-side. The patch erased on the batch after .to(device) is the device's."""
+    report, result = report_of(tmp_path, "host_data.py", *(["--synthetic"] if synthetic else []))
+    assert result.returncode == 0, result.stderr
+    device = [(f["kind"], f["line"]) for f in report["findings"]]
+    assert device == [("dynamic-shape", marked("host_data.py", "dynamic-shape"))], device
+    host = [(f["kind"], f["line"]) for f in report["host_side"]]
+    assert host == ([("host-side", marked("host_data.py", "host-side"))] if synthetic else [])
+    assert not all_marked("host_data.py", "host") & {line for _, line in device + host}
+    text = result.stdout[result.stdout.index("devicekit preflight:") :]
+    assert " 1 finding(s) in 1 kind(s), " in text.splitlines()[0], text
+    apart = "\nhost-side (1), apart from the device's findings: work on tensors not seen reaching"
+    assert (apart in text) is synthetic, text
+    if synthetic:
+        assert text.index(apart) > text.index("\ndynamic-shape (1)\n"), "after the device's"
+
+
+_LIBRARY = """\"\"\"Metrics as helper libraries write them: plain Python numbers.\"\"\"
+
+
+def accuracy(logits, labels):
+    return (logits.argmax(1) == labels).float().mean().item()
+"""
+_TRAINS_WITH_THE_LIBRARY = """import torch
+from torch import nn
+
+import meters
+
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    inputs, labels = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    logits = model(inputs)
+    loss = nn.functional.cross_entropy(logits, labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"accuracy {meters.accuracy(logits, labels):.2f}")
+"""
+
+
+def test_a_finding_inside_an_installed_library_is_at_the_users_line_via_the_librarys(
+    tmp_path, monkeypatch
+):
+    """A package installed in a site-packages folder reads .item() every step: the finding
+    is the script's line that calls it, with the package's own line as `via`, and the
+    advice says to change the call, not the library."""
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "meters.py").write_text(_LIBRARY)
+    (tmp_path / "train.py").write_text(_TRAINS_WITH_THE_LIBRARY)
+    monkeypatch.syspath_prepend(site)
+    monkeypatch.delitem(sys.modules, "meters", raising=False)
+    try:
+        report, result = report_of(tmp_path, "train.py", cwd=tmp_path)
+    finally:
+        sys.modules.pop("meters", None)
+    assert result.returncode == 0, result.stderr
+    (sync,) = by_kind(report, "host-sync")
+    assert (sync["file"], sync["line"], sync["via"]) == ("train.py", 15, "meters.py:5"), sync
+    assert sync["stack"] == ["train.py:15"], "no frame of the library's"
+    assert (
+        "  train.py:15  .item(): 3 reads in 3 of 4 step periods (1.0 per step)  via "
+        "meters.py:5  (x3)\n"
+    ) in result.stdout, result.stdout
+    assert (
+        "  via: the installed library's line that ran it, reached from yours: change your call "
+        "(its arguments, its options, or another function), not the library\n"
+    ) in result.stdout, result.stdout
+
+
+def test_sparse_gradients_are_found_where_the_layer_runs(tmp_path):
+    """nn.Embedding and nn.EmbeddingBag with sparse=True: the layers' lines, the fix, and
+    --strict fails; a frozen sparse table makes no gradient and no finding, and the
+    operators on the sparse gradient are not called CPU fallbacks (torch_npu refuses them)."""
+    report, result = report_of(tmp_path, "--strict", "sparse_embeddings.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = sorted((f["kind"], f["op"], f["line"]) for f in report["findings"])
+    first, second = sorted(all_marked("sparse_embeddings.py", "sparse-gradient"))
+    assert found == [
+        ("sparse-gradient", "nn.Embedding(sparse=True)", first),
+        ("sparse-gradient", "nn.EmbeddingBag(sparse=True)", second),
+    ], found
+    assert "torch_npu 2.13.0 cannot build on the NPU" in report["findings"][0]["detail"]
+    assert (
+        "  what to do: make the gradient dense: sparse=False (sparse_grad=False for gather); "
+        "an optimizer kept for sparse gradients (SparseAdam) becomes Adam or AdamW\n"
+    ) in result.stdout, result.stdout
 
 
 def test_ctrl_c_stops_the_script_and_still_reports(tmp_path):

@@ -2,7 +2,8 @@
 on this machine, record what it dispatches, and report what it will hit on an Ascend NPU.
 
 Exit code: the script's own when it failed (1 when it raised), else 1 with --strict when
-something would fail or fall back to the CPU on the NPU, else 0. Usage mistakes: one line,
+something would fail or fall back to the CPU on the NPU (a sparse gradient, an operator
+torch_npu lacks, a CUDA-only call), else 0. Usage mistakes: one line,
 exit code 2, before anything runs; every flag, and the files they name, is checked first,
 and the script is compiled (not run): one that Python cannot compile is such a mistake.
 """
@@ -22,7 +23,7 @@ from devicekit.preflight.checks import Check, Context, Finding, all_checks
 from devicekit.preflight.recording import Recording
 from devicekit.preflight.runner import run
 
-STRICT_KINDS = ("cpu-fallback", "cuda-only")
+STRICT_KINDS = ("sparse-gradient", "cpu-fallback", "cuda-only")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -275,7 +276,7 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     print(report.text(findings, checks, release, recording.steps, state), flush=True)
     if args.json:
-        _write_json(args.json, report.to_json(findings, release, recording.steps))
+        _write_json(args.json, report.to_json(findings, checks, release, recording.steps))
     if recording.steps == 0 and outcome.state != "raised":
         print(
             f"devicekit preflight: note: {target} made no optimizer step, so nothing is "

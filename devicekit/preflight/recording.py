@@ -4,11 +4,21 @@ that called it, per optimizer step.
 The recorder is a TorchDispatchMode, so it sees operators after autograd and after
 torch's CompositeImplicitAutograd decompositions, as a device backend receives them, and
 it leaves nn.TransformerEncoder's fast path alone (a TorchFunctionMode would switch it off).
+
+Each operator is placed on the device or on the host. On the npu stand-in the tensors'
+devices say it. On the CPU, where everything is on the host, an operator is the device's
+when a tensor it takes reaches the device: computed from the model's parameters, or moved
+with `.to(device)` (a move to the CPU is no copy here, but it names the tensor as the
+device's); it is the host's when it runs inside a DataLoader's iteration (a Dataset's
+`__getitem__`, its transforms, collate) on no such tensor; anything else was not seen
+reaching the device, and its shape findings are reported apart as host-side.
 """
 
 import collections
 import dataclasses
+import enum
 import os
+import site
 import sys
 import sysconfig
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -16,18 +26,32 @@ from types import CodeType, FrameType
 
 import torch
 import torch.optim.optimizer as optimizer_module
+import torch.utils.data.dataloader as dataloader_module
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 import devicekit
 
+# torch's and devicekit's own folders: every call goes through them, so they are never
+# the library a finding came through.
+_OURS = tuple(os.path.dirname(path) + os.sep for path in (torch.__file__, devicekit.__file__))
+# Where installed packages live: this interpreter's site folders, and any site-packages or
+# dist-packages folder (a virtual environment's, `pip install --target`'s, a distribution's).
+_INSTALLED_ROOTS = tuple(
+    dict.fromkeys(
+        folder + os.sep
+        for folder in (
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            *site.getsitepackages(),
+            site.getusersitepackages(),
+        )
+    )
+)
+_INSTALLED_FOLDERS = tuple(os.sep + name + os.sep for name in ("site-packages", "dist-packages"))
 # Frames in these folders are not the user's: a finding names the innermost frame outside
 # (torch, devicekit, the standard library and installed packages: never advice to edit one).
-_NOT_USER = (
-    tuple(os.path.dirname(path) + os.sep for path in (torch.__file__, devicekit.__file__))
-    + tuple(sysconfig.get_paths()[name] + os.sep for name in ("stdlib", "purelib", "platlib"))
-    + ("<frozen ",)
-)
+_NOT_USER = _OURS + (sysconfig.get_paths()["stdlib"] + os.sep,) + _INSTALLED_ROOTS + ("<frozen ",)
 # torch code whose tensors have the parameters' shapes and stay put on the host where
 # torch keeps them (optimizer step counts): not the user's shapes, nor a sync of theirs.
 _PARAMETER_CODE = tuple(
@@ -54,6 +78,7 @@ class Calls:
     stack: tuple[str, ...] = ()
     steps: set[int] = dataclasses.field(default_factory=set)
     detail: str = ""
+    via: str = ""  # the installed library's line that ran it ("timm/utils/cuda.py:42")
 
 
 @dataclasses.dataclass
@@ -66,8 +91,17 @@ class Recording:
     data_dependent: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     host_reads: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     autocast: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
+    sparse_gradients: dict[tuple[str, Site], Calls] = dataclasses.field(default_factory=dict)
     # (operator, site) -> step -> the input shapes seen in that step
     shapes: dict[tuple[str, Site], dict[int, set[Shapes]]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(dict)
+    )
+    # The same two for operators on tensors not seen reaching the device (Placement.UNSEEN):
+    # reported apart, as host-side.
+    host_side_data_dependent: dict[tuple[str, Site], Calls] = dataclasses.field(
+        default_factory=dict
+    )
+    host_side_shapes: dict[tuple[str, Site], dict[int, set[Shapes]]] = dataclasses.field(
         default_factory=lambda: collections.defaultdict(dict)
     )
     files: set[str] = dataclasses.field(default_factory=set)
@@ -81,7 +115,7 @@ class Recording:
     ) -> None:
         calls = table.get(key)
         if calls is None:
-            calls = table[key] = Calls(stack=where.stack(), detail=detail)
+            calls = table[key] = Calls(stack=where.stack(), detail=detail, via=where.via())
             self.files.update(entry.rpartition(":")[0] for entry in calls.stack)
         calls.count += 1
         calls.steps.add(self.steps)
@@ -93,7 +127,25 @@ _user_code: dict[CodeType, bool] = {}
 def is_user_file(filename: str) -> bool:
     """Whether `filename` is the user's code (not torch's, devicekit's, the standard
     library's or an installed package's)."""
-    return not filename.startswith(_NOT_USER)
+    return not filename.startswith(_NOT_USER) and not any(
+        folder in filename for folder in _INSTALLED_FOLDERS
+    )
+
+
+def library_path(filename: str) -> str | None:
+    """`filename` as a path inside the installed packages ("timm/utils/cuda.py"), or None
+    where it is no installed library's (the user's, the standard library's, or torch's or
+    devicekit's own, which every call goes through)."""
+    if filename.startswith(_OURS):
+        return None
+    for root in _INSTALLED_ROOTS:
+        if filename.startswith(root):
+            return filename[len(root) :]
+    for folder in _INSTALLED_FOLDERS:
+        at = filename.rfind(folder)
+        if at >= 0:
+            return filename[at + len(folder) :]
+    return None
 
 
 def _is_user(code: CodeType) -> bool:
@@ -108,9 +160,10 @@ class Where:
     that works on parameters, optimizer state or gradient buckets on the way (`internal`),
     and the user's frames outwards, built only when a finding needs them."""
 
-    __slots__ = ("frame", "internal", "site")
+    __slots__ = ("frame", "internal", "site", "start")
 
     def __init__(self, frame: FrameType | None) -> None:
+        self.start = frame
         internal = False
         while frame is not None and not _is_user(frame.f_code):
             if frame.f_code.co_filename.startswith(_PARAMETER_CODE):
@@ -131,6 +184,17 @@ class Where:
             frame = frame.f_back
         return tuple(stack)
 
+    def via(self) -> str:
+        """The innermost line of an installed library between the call and the user's
+        frame, as "timm/utils/cuda.py:42"; "" when the user's code called torch itself."""
+        frame = self.start
+        while frame is not None and frame is not self.frame:
+            path = library_path(frame.f_code.co_filename)
+            if path is not None:
+                return f"{path}:{frame.f_lineno}"
+            frame = frame.f_back
+        return ""
+
 
 def _tensors(values: Iterable[object]) -> Iterator[torch.Tensor]:
     for value in values:
@@ -140,16 +204,25 @@ def _tensors(values: Iterable[object]) -> Iterator[torch.Tensor]:
             yield from _tensors(value)
 
 
-def _kept_on_host(tensor: torch.Tensor, internal: bool, computed: WeakIdKeyDictionary) -> bool:
+def _kept_on_host(tensor: torch.Tensor, internal: bool, on_device: WeakIdKeyDictionary) -> bool:
     """Whether reading `tensor`'s value reads a tensor that stays on the host on an NPU
     too. Where tensors live on a device (the npu stand-in), a CPU tensor does. On the CPU,
-    one not computed from the model's parameters does (batches a data pipeline builds),
-    and so do torch.optim's step counts (read by torch's own code: `internal`)."""
+    one not computed from the model's parameters nor moved with .to(device) does (batches
+    a data pipeline builds), and so do torch.optim's step counts (read by torch's own code:
+    `internal`)."""
     if Recorder.device_seen:
         return tensor.device.type == "cpu"
     return internal or not (
-        tensor.requires_grad or tensor.grad_fn is not None or tensor in computed
+        tensor.requires_grad or tensor.grad_fn is not None or tensor in on_device
     )
+
+
+class Placement(enum.Enum):
+    """Where an operator runs when the script runs on an NPU (see the module's docstring)."""
+
+    DEVICE = "device"
+    HOST = "host"  # known: no device finding
+    UNSEEN = "unseen"  # on tensors not seen reaching the device: its shapes are host-side
 
 
 _DATA_DEPENDENT = {
@@ -164,6 +237,31 @@ _DATA_DEPENDENT = {
     "aten::nonzero_static",
 }
 _LOCAL_SCALAR = "aten::_local_scalar_dense"
+# Operators whose flag makes the gradient a sparse tensor: (the flag, what the user wrote).
+_SPARSE_GRADIENT = {
+    "aten::embedding": ("sparse", "nn.Embedding(sparse=True)"),
+    "aten::_embedding_bag": ("sparse", "nn.EmbeddingBag(sparse=True)"),
+    "aten::gather": ("sparse_grad", "torch.gather(sparse_grad=True)"),
+}
+
+
+def _argument(
+    func: torch._ops.OpOverload, args: tuple[object, ...], kwargs: dict[str, object], name: str
+) -> object:
+    """The value of `func`'s argument `name` in this call (its default when not passed)."""
+    if name in kwargs:
+        return kwargs[name]
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.name == name:
+            return args[position] if position < len(args) else argument.default_value
+    return None
+
+
+def _names_device(args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
+    """Whether Tensor.to(*args, **kwargs) names a device (a device, its name or index, or
+    a tensor whose device to take), not only a dtype or memory format."""
+    first = args[0] if args else kwargs.get("device", kwargs.get("other"))
+    return isinstance(first, (str, int, torch.device, torch.Tensor)) and not isinstance(first, bool)
 
 
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's is unannotated
@@ -179,8 +277,10 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         self.recording = recording
         self.max_steps = max_steps
         self._autocast: list[tuple[str, Where]] = []
-        self._computed = WeakIdKeyDictionary()  # tensors computed from parameters
+        # Tensors on the device: computed from parameters, or moved with .to(device).
+        self._on_device = WeakIdKeyDictionary()
         self._in_backward = 0
+        self._loading = 0  # inside a DataLoader's iteration
         self._synchronizing = False
         self._undo: list[Callable[[], object]] = []
 
@@ -208,38 +308,35 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         name: str = func.name()  # type: ignore[no-untyped-call]  # torch's OpOverload.name
         where = Where(sys._getframe(2))
         site = where.site
-        rec.note(rec.ops, (name, site), where)
         inputs = list(_tensors(args))
         if kwargs:
             inputs += _tensors(kwargs.values())
         outputs = list(_tensors((out,)))
-        float64 = computed = off_cpu = False
+        float64 = reaches = off_cpu = False
         for t in inputs:
             float64 = float64 or t.dtype == torch.float64
-            computed = computed or t.requires_grad or t.grad_fn is not None or t in self._computed
+            reaches = reaches or t.requires_grad or t.grad_fn is not None or t in self._on_device
             off_cpu = off_cpu or t.device.type != "cpu"
         if off_cpu:
             Recorder.device_seen = True
-        if float64 or any(t.dtype == torch.float64 for t in outputs):
-            rec.note(rec.float64, (name, site), where)
-        if computed:
+        if reaches:
             for t in outputs:
-                self._computed[t] = True
-        # Backward mirrors the forward, whose line has its shapes and data dependence
-        # already; optimizers and DDP's buckets have the parameters' shapes.
-        forward = not (self._in_backward or where.internal)
-        if forward and (
-            name in _DATA_DEPENDENT
-            or (
-                name == "aten::index.Tensor"
-                and any(t.dtype == torch.bool for t in _tensors(args[1:2]))
-            )
-        ):
-            rec.note(rec.data_dependent, (name, site), where)
-        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal, self._computed):
+                self._on_device[t] = True
+        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal, self._on_device):
             rec.note(rec.host_reads, (".item()", site), where)
         elif name == "aten::_to_copy" and off_cpu and str(kwargs.get("device")) == "cpu":
             rec.note(rec.host_reads, (".cpu()", site), where)
+        placement = self._placement(reaches, off_cpu, outputs)
+        if placement is Placement.HOST:
+            rec.files.add(site[0])  # still the user's file, for the checks that read files
+            return
+        if any(t.layout != torch.strided for t in (*inputs, *outputs)):
+            # Sparse tensors: torch_npu refuses these operators rather than running them on
+            # the CPU; the sparse-gradient finding names the layer that makes them.
+            return
+        rec.note(rec.ops, (name, site), where)
+        if float64 or any(t.dtype == torch.float64 for t in outputs):
+            rec.note(rec.float64, (name, site), where)
         if self._autocast and inputs:
             wanted, opened = self._autocast[-1]
             devices = {t.device.type for t in inputs if t.dim() > 0} or {inputs[0].device.type}
@@ -247,10 +344,39 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
                 rec.note(
                     rec.autocast, (f"{wanted}:{'/'.join(sorted(devices))}", opened.site), opened
                 )
-        if forward:
-            seen = rec.shapes[(name, site)].setdefault(rec.steps, set())
-            if len(seen) < SHAPES_KEPT:
-                seen.add(tuple(tuple(t.shape) for t in inputs))
+        # Backward mirrors the forward, whose line has its shapes and data dependence
+        # already; optimizers and DDP's buckets have the parameters' shapes.
+        if self._in_backward or where.internal:
+            return
+        device = placement is Placement.DEVICE
+        if name in _DATA_DEPENDENT or (
+            name == "aten::index.Tensor" and any(t.dtype == torch.bool for t in _tensors(args[1:2]))
+        ):
+            rec.note(
+                rec.data_dependent if device else rec.host_side_data_dependent, (name, site), where
+            )
+        sparse = _SPARSE_GRADIENT.get(name)
+        if (
+            sparse is not None
+            and inputs[0].requires_grad
+            and torch.is_grad_enabled()
+            and _argument(func, args, kwargs, sparse[0])
+        ):
+            rec.note(rec.sparse_gradients, (sparse[1], site), where)
+        shapes = rec.shapes if device else rec.host_side_shapes
+        seen = shapes[(name, site)].setdefault(rec.steps, set())
+        if len(seen) < SHAPES_KEPT:
+            seen.add(tuple(tuple(t.shape) for t in inputs))
+
+    def _placement(self, reaches: bool, off_cpu: bool, outputs: list[torch.Tensor]) -> Placement:
+        """Where an operator runs on an NPU: `reaches`, whether a tensor it takes is known
+        to be on the device; `off_cpu`, whether one is off the CPU (the stand-in)."""
+        if Recorder.device_seen:
+            on_device = off_cpu or any(t.device.type != "cpu" for t in outputs)
+            return Placement.DEVICE if on_device else Placement.HOST
+        if reaches:
+            return Placement.DEVICE
+        return Placement.HOST if self._loading else Placement.UNSEEN
 
     # -- steps, host reads, autocast regions ---------------------------------------------------
     def _step_taken(self, *_: object) -> None:
@@ -283,7 +409,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         def tolist(original: Callable[..., object]) -> Callable[..., object]:
             def wrapper(tensor: torch.Tensor, *args: object, **kwargs: object) -> object:
                 where = Where(sys._getframe(1))
-                if not _kept_on_host(tensor, where.internal, recorder._computed):
+                if not _kept_on_host(tensor, where.internal, recorder._on_device):
                     recorder.recording.note(
                         recorder.recording.host_reads, (".tolist()", where.site), where
                     )
@@ -303,6 +429,25 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
                 if recorder._autocast:
                     recorder._autocast.pop()
                 return original(region, *args, **kwargs)
+
+            return wrapper
+
+        def to(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(tensor: torch.Tensor, *args: object, **kwargs: object) -> object:
+                moved = original(tensor, *args, **kwargs)
+                if _names_device(args, kwargs):
+                    recorder._on_device[moved] = True
+                return moved
+
+            return wrapper
+
+        def loading(original: Callable[..., object]) -> Callable[..., object]:
+            def wrapper(*args: object, **kwargs: object) -> object:
+                recorder._loading += 1
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    recorder._loading -= 1
 
             return wrapper
 
@@ -338,6 +483,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         if hasattr(torch, "npu"):  # torch_npu's, or the stand-in's
             self._patch(torch.npu, "synchronize", synchronize)
         self._patch(torch.Tensor, "tolist", tolist)
+        self._patch(torch.Tensor, "to", to)
+        self._patch(dataloader_module._BaseDataLoaderIter, "__next__", loading)
         self._patch(torch.autograd, "backward", backward)
         self._patch(torch.amp.autocast_mode.autocast, "__enter__", enter)
         self._patch(torch.amp.autocast_mode.autocast, "__exit__", exit_)

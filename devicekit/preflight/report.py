@@ -1,18 +1,38 @@
-"""The preflight report: JSON, and text grouped by kind, most costly first."""
+"""The preflight report: JSON, and text grouped by kind, most costly first; host-side
+work (checks that set HOST_SIDE) apart from the device's findings, after them."""
 
 import os
 from collections.abc import Sequence
 
-from devicekit.preflight.checks import Check, Finding
+from devicekit.preflight.checks import Check, Finding, is_host_side
 
 SHOWN_PER_KIND = 12
+HOST_SIDE_HEADER = "apart from the device's findings: work on tensors not seen reaching the device"
+VIA_NOTE = (
+    "via: the installed library's line that ran it, reached from yours: change your call "
+    "(its arguments, its options, or another function), not the library"
+)
 
 
-def to_json(findings: list[Finding], torch_npu: str, steps: int) -> dict[str, object]:
+def _split(findings: list[Finding], checks: Sequence[Check]) -> tuple[list[Finding], list[Finding]]:
+    """(the device's findings, the host-side ones)."""
+    host_kinds = {check.KIND for check in checks if is_host_side(check)}
+    return (
+        [f for f in findings if f.kind not in host_kinds],
+        [f for f in findings if f.kind in host_kinds],
+    )
+
+
+def to_json(
+    findings: list[Finding], checks: Sequence[Check], torch_npu: str, steps: int
+) -> dict[str, object]:
+    """The report as JSON: the device's findings, and the host-side ones apart."""
+    device, host = _split(findings, checks)
     return {
         "torch_npu": torch_npu,
         "steps": steps,
-        "findings": [finding.to_json() for finding in findings],
+        "findings": [finding.to_json() for finding in device],
+        "host_side": [finding.to_json() for finding in host],
     }
 
 
@@ -23,28 +43,44 @@ def _where(finding: Finding) -> str:
     return f"{path}:{finding.line}"
 
 
+def _section(check: Check, mine: list[Finding]) -> list[str]:
+    """The lines of one kind: its header, its findings, what to do."""
+    header = f"{check.KIND} ({len(mine)})"
+    lines = ["", f"{header}, {HOST_SIDE_HEADER}" if is_host_side(check) else header]
+    shown = mine[:SHOWN_PER_KIND]
+    width = max(len(_where(f)) for f in shown)
+    for finding in shown:
+        lines.append(
+            f"  {_where(finding):<{width}}  {finding.detail}"
+            + (f"  via {finding.via}" if finding.via else "")
+            + (f"  (x{finding.count})" if finding.count > 1 else "")
+        )
+    if len(mine) > SHOWN_PER_KIND:
+        lines.append(f"  ... and {len(mine) - SHOWN_PER_KIND} more (--json FILE lists all)")
+    lines.append(f"  what to do: {check.ADVICE}")
+    if any(finding.via for finding in shown):
+        lines.append(f"  {VIA_NOTE}")
+    return lines
+
+
 def text(
     findings: list[Finding], checks: Sequence[Check], torch_npu: str, steps: int, outcome: str
 ) -> str:
-    kinds = [check for check in checks if any(f.kind == check.KIND for f in findings)]
+    """The report as text: a summary line of the device's findings, each kind's section,
+    then the host-side sections."""
+    device, _ = _split(findings, checks)
+    kinds = [check for check in checks if any(f.kind == check.KIND for f in device)]
     head = (
-        f"devicekit preflight: {len(findings)} finding(s) in {len(kinds)} kind(s), checked "
+        f"devicekit preflight: {len(device)} finding(s) in {len(kinds)} kind(s), checked "
         f"against torch_npu {torch_npu}; {steps} optimizer step(s) recorded ({outcome})"
     )
     lines = [head]
-    for check in kinds:
+    host_side: list[str] = []
+    for check in checks:
         mine = [f for f in findings if f.kind == check.KIND]
-        lines += ["", f"{check.KIND} ({len(mine)})"]
-        width = max(len(_where(f)) for f in mine[:SHOWN_PER_KIND])
-        for finding in mine[:SHOWN_PER_KIND]:
-            lines.append(
-                f"  {_where(finding):<{width}}  {finding.detail}"
-                + (f"  (x{finding.count})" if finding.count > 1 else "")
-            )
-        if len(mine) > SHOWN_PER_KIND:
-            lines.append(f"  ... and {len(mine) - SHOWN_PER_KIND} more (--json FILE lists all)")
-        lines.append(f"  what to do: {check.ADVICE}")
-    if not findings:
+        if mine:
+            (host_side if is_host_side(check) else lines).extend(_section(check, mine))
+    if not device:
         ran = (
             "that ran before the script raised"
             if outcome.startswith("raised")
@@ -54,4 +90,4 @@ def text(
             f"nothing {ran} would fail, fall back to the CPU or recompile on the NPU in the "
             "ways preflight checks"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + host_side)

@@ -12,6 +12,7 @@ import torch.multiprocessing
 
 from devicekit import runtime
 from devicekit.environments import ALL_VARIABLES
+from devicekit.errors import say, usage_line
 from devicekit.preflight.recording import Recorder, Recording, StopRecording, is_user_file
 
 
@@ -121,7 +122,11 @@ def run(
     except Exception as error:  # the user's script raised: report what ran before it
         # Where the user's code raised it: the innermost frame of theirs, not torch's.
         frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
-        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        line = usage_line(error)  # a usage mistake (the npu stand-in's refusals): one line
+        if line is None:
+            traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        else:
+            say(line)
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
         return Outcome("raised", error, where, exit_code=1)
     finally:

@@ -128,7 +128,7 @@ def activate(devices: int = DEFAULT_DEVICES, *, memory: int = 0) -> None:
             f"{owner!r} in this process: unset {SIMULATE_ENV}"
         )
 
-    from devicekit.simulate import build, hccl, npu_amp, npu_module, rnn
+    from devicekit.simulate import build, hccl, npu_amp, npu_module, rnn, sparse
 
     torch.utils.rename_privateuse1_backend("npu")
     native = build.load()
@@ -141,6 +141,7 @@ def activate(devices: int = DEFAULT_DEVICES, *, memory: int = 0) -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     hccl.register(native.host_view)
     rnn.register()
+    sparse.register()
     atexit.register(_settle_autograd_threads, os.getpid())
     _active = True
 

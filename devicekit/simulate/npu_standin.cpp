@@ -443,9 +443,12 @@ c10::IValue to_host(const c10::IValue& value, Operands& operands) {
 }
 
 // The npu tensor a CPU kernel's result stands for: the npu argument itself (in-place and
-// out= results), a view of an npu argument's memory, or fresh memory adopted.
+// out= results), a view of an npu argument's memory, or fresh memory adopted. A sparse
+// result (EmbeddingBag's sparse gradient) has no memory of its own to adopt: it is made on
+// the npu by the operators of the sparse npu key, whose fallback refuses (sparse.py).
 at::Tensor to_npu(const at::Tensor& host, const Operands& operands) {
   if (!host.defined() || host.device().type() != c10::kCPU) return host;
+  if (host.layout() != c10::kStrided) return host.to(host.options().device(*operands.device));
   for (const auto& [view, npu] : operands.views) {
     if (host.unsafeGetTensorImpl() == view.unsafeGetTensorImpl()) return npu;
   }

@@ -1,7 +1,9 @@
 """One checker per kind of finding; each reads a Recording and returns Findings.
 
 A checker is a module with KIND, ADVICE (one line: what to do) and `findings(recording,
-context)`; its findings are shown most frequent first unless it sets KEEP_ORDER.
+context)`; its findings are shown most frequent first unless it sets KEEP_ORDER. One that
+sets HOST_SIDE reports work preflight did not see reach the device: its findings are kept
+apart from the device's, in the text report and in the JSON.
 all_checks() lists them most costly first, the order the report keeps.
 """
 
@@ -23,6 +25,9 @@ class Finding:
     stack: list[str]
     count: int
     detail: str
+    # The installed library's own line that ran it, where the user's line called a library
+    # ("timm/utils/cuda.py:42"); "" where the user's line called torch itself.
+    via: str = ""
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -42,18 +47,32 @@ def from_table(
 ) -> list[Finding]:
     """A finding per (what, where) entry of a recording's table."""
     return [
-        Finding(kind, what, site[0], site[1], list(calls.stack), calls.count, detail(what, calls))
+        Finding(
+            kind,
+            what,
+            site[0],
+            site[1],
+            list(calls.stack),
+            calls.count,
+            detail(what, calls),
+            calls.via,
+        )
         for (what, site), calls in table.items()
     ]
 
 
 class Check(Protocol):
-    """A checker module (KEEP_ORDER, where set, is read with getattr)."""
+    """A checker module (KEEP_ORDER and HOST_SIDE, where set, are read with getattr)."""
 
     KIND: str
     ADVICE: str
 
     def findings(self, recording: Recording, context: Context) -> list[Finding]: ...
+
+
+def is_host_side(check: Check) -> bool:
+    """Whether `check` reports host-side work, apart from the device's findings."""
+    return bool(getattr(check, "HOST_SIDE", False))
 
 
 def all_checks() -> list[Check]:
@@ -65,10 +84,13 @@ def all_checks() -> list[Check]:
         data_dependent_shape,
         dynamic_shape,
         float64,
+        host_side,
         host_sync,
+        sparse_gradient,
     )
 
     return [
+        sparse_gradient,
         cpu_fallback,
         dynamic_shape,
         host_sync,
@@ -76,4 +98,5 @@ def all_checks() -> list[Check]:
         float64,
         autocast_device,
         cuda_only,
+        host_side,
     ]

@@ -88,6 +88,7 @@ def findings(recording: Recording, context: Context) -> list[Finding]:
                 calls.count,
                 f"{name} is not implemented by torch_npu {context.torch_npu}"
                 + (f" ({HINTS[name]})" if name in HINTS else ""),
+                calls.via,
             )
         )
     return out

@@ -3,7 +3,7 @@ boolean-mask indexing, masked_select, unique): the device must finish and report
 size to the host before anything after them can be compiled or launched."""
 
 from devicekit.preflight.checks import Context, Finding, from_table
-from devicekit.preflight.recording import Recording
+from devicekit.preflight.recording import Calls, Recording
 
 KIND = "data-dependent-shape"
 ADVICE = (
@@ -13,8 +13,9 @@ ADVICE = (
 
 
 def findings(recording: Recording, context: Context) -> list[Finding]:
-    return from_table(
-        KIND,
-        recording.data_dependent,
-        lambda op, calls: f"{op}: its output size depends on the data",
-    )
+    return from_table(KIND, recording.data_dependent, detail)
+
+
+def detail(op: str, calls: Calls) -> str:
+    """What a data-dependent finding says of operator `op`."""
+    return f"{op}: its output size depends on the data"

@@ -14,8 +14,16 @@ SHOWN = 4  # shapes named in a finding's detail
 
 
 def findings(recording: Recording, context: Context) -> list[Finding]:
+    return varying(KIND, recording.shapes, recording)
+
+
+def varying(
+    kind: str, shapes: dict[tuple[str, Site], dict[int, set[Shapes]]], recording: Recording
+) -> list[Finding]:
+    """A `kind` finding per line of `shapes` (operator and site -> step -> input shapes)
+    whose operators see a new shape in a later step, in the order the lines first ran."""
     by_site: dict[Site, tuple[str, list[Shapes]]] = {}
-    for (name, site), per_step in recording.shapes.items():
+    for (name, site), per_step in shapes.items():
         if not _new_shape_after_first(per_step):
             continue
         seen = sorted({shape for shapes in per_step.values() for shape in shapes}, key=str)
@@ -25,17 +33,18 @@ def findings(recording: Recording, context: Context) -> list[Finding]:
     out = []
     for site, (name, seen) in by_site.items():
         calls = recording.ops[(name, site)]
-        shapes = ", ".join(_varying(shape, seen) for shape in seen[:SHOWN])
+        named = ", ".join(_varying(shape, seen) for shape in seen[:SHOWN])
         more = f" and {len(seen) - SHOWN} more" if len(seen) > SHOWN else ""
         out.append(
             Finding(
-                KIND,
+                kind,
                 name,
                 site[0],
                 site[1],
                 list(calls.stack),
                 len(seen),
-                f"{name} saw {len(seen)} input shapes across steps: {shapes}{more}",
+                f"{name} saw {len(seen)} input shapes across steps: {named}{more}",
+                calls.via,
             )
         )
     return out

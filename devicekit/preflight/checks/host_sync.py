@@ -30,6 +30,7 @@ def findings(recording: Recording, context: Context) -> list[Finding]:
                 f"{what}: {calls.count} {'calls' if what == 'synchronize()' else 'reads'} in "
                 f"{in_steps} of {steps + 1} step "
                 f"periods ({calls.count / steps:.1f} per step)",
+                calls.via,
             )
         )
     return out

@@ -8,7 +8,8 @@ In this process: the device functions, fp16 and bf16 autocast with devicekit's G
 a checkpoint written on the GPU. In real processes (tests/support/processes.py: own
 session, output in files, a timeout on every wait): DDP with device_ids over nccl (1 rank,
 and 2 where two GPUs exist), the checkpoint read where no GPU is visible, `devicekit check`,
-main.py, a CUDA-only script of tests/port_corpus after `devicekit port`, devicekit.shard
+main.py, a CUDA-only script of tests/port_corpus after `devicekit port` (and its device
+questions answered as the original answers them), devicekit.shard
 (FSDP2 over nccl: bf16 by the device's policy, fp32 with DDP's losses, a checkpoint folder
 resumed), and running out of the GPU's memory.
 """
@@ -17,6 +18,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -501,6 +503,22 @@ def test_a_ported_cuda_only_script_trains_on_the_gpu(ported_gpt, tmp_path, launc
     assert float(peak) > 0, "nothing was allocated on the GPU (0.0 MiB is what a CPU reports)"
     [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
     assert float(final) < float(first) / 4, result.stdout
+
+
+def test_ported_device_questions_answer_on_the_gpu_as_the_original():
+    """tests/port_corpus/device_questions.py, as written and ported: on a GPU both pick
+    nccl, autocast in fp16, synchronize and keep the loss scaler (on the npu stand-in the
+    original answers none of these and the ported code all: test_port.py)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "support" / "device_questions.py")],
+        env=gpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    gpu = ["nccl", "torch.float16", True, True]
+    assert json.loads(result.stdout) == {"original": gpu, "ported": gpu}
 
 
 # -- sharded training (FSDP2 over nccl) -------------------------------------------------------

@@ -29,7 +29,7 @@ from devicekit.port import ParseFailure, _plugins, engine, port_source
 from devicekit.port.cli import main
 from devicekit.port.transformer import PortTransformer
 from invariant import assert_usage_line
-from support import launchers
+from support import device_questions, launchers
 from support.launchers import child_env, start
 from support.paths import CORPUS, TESTS
 from support.processes import Processes, describe
@@ -1392,6 +1392,7 @@ CORPUS_REPORTS = {
     "rank_as_device.py": ([], []),
     "fsdp2_blocks.py": ([], []),
     "fsdp1_wrap.py": ([], []),
+    "device_questions.py": ([], []),
     # a project on a model library (timm's idioms): ported, not run
     "library_project.py": (
         [],
@@ -1755,6 +1756,31 @@ def standin_env():
 
 
 PROBE = TESTS / "npu_standin" / "branch_probe.py"
+DEVICE_QUESTIONS = TESTS / "support" / "device_questions.py"
+
+
+@pytest.mark.slow
+def test_the_device_questions_answer_as_the_original_here_and_as_an_npu_on_the_stand_in():
+    """A backend chosen by dist.is_nccl_available(), `if y.is_cuda: synchronize()`, a
+    loss scaler for `device.type in ("cuda",)`, an autocast without enabled=. On a CPU the
+    ported code answers as the original did (gloo, fp32: a CUDA autocast does nothing
+    here). On the npu stand-in the original picks gloo, computes in fp32, skips the
+    synchronize and the scaler; ported, it picks hccl, autocasts in fp16 as on a GPU,
+    synchronizes and scales."""
+    host = ["gloo", "torch.float32", False, False]
+    assert device_questions.ask() == {"original": host, "ported": host}
+    result = subprocess.run(
+        [sys.executable, str(DEVICE_QUESTIONS)],
+        env=standin_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "original": host,
+        "ported": ["hccl", "torch.float16", True, True],
+    }
 
 
 @pytest.mark.slow

@@ -173,6 +173,19 @@ def test_cuda_only_code_whose_guard_exits_otherwise_is_still_manual():
     assert item.construct == "torch.cuda.get_device_name(0)"
 
 
+def test_an_is_cuda_the_script_sets_itself_is_its_own_flag():
+    """`self.is_cuda = ...` is the script's attribute, not a tensor's: only its value is
+    ported, and the reads of it stay (a rewrite would make `f(x) = ...`, not Python)."""
+    snippet = (
+        "class Trainer:\n    def __init__(self):\n"
+        "        self.is_cuda = torch.cuda.is_available()\n"
+        "    def step(self, x):\n        return x.cuda() if self.is_cuda else x\n"
+    )
+    text, _ = port(snippet)
+    assert "self.is_cuda = devicekit.is_available()" in text
+    assert "if self.is_cuda else x" in text
+
+
 def test_equality_tells_devices_apart_in_a_script_that_names_both():
     snippet = (
         "if args.device == 'npu':\n    n = 8\nelif args.device == 'cuda':\n"

@@ -21,10 +21,16 @@ name for a rank and for a device object is left alone rather than guessed at.
 from collections import defaultdict
 
 import libcst as cst
-from libcst.metadata import FunctionScope, QualifiedNameProvider, ScopeProvider
+from libcst.metadata import (
+    ExpressionContext,
+    ExpressionContextProvider,
+    FunctionScope,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
 
 from devicekit.port import names
-from devicekit.port.nodes import ACCELERATOR_TYPES, bound_args, string_value
+from devicekit.port.nodes import ACCELERATOR_TYPES, bound_args, code, string_value
 
 
 def _target_name(node: cst.BaseExpression) -> str | None:
@@ -49,7 +55,7 @@ def _dest(call: cst.Call) -> str | None:
 class Facts(cst.BatchableCSTVisitor):
     """Collects assignments by name and the spawn calls of one module."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, ScopeProvider)
+    METADATA_DEPENDENCIES = (ExpressionContextProvider, QualifiedNameProvider, ScopeProvider)
 
     def __init__(self) -> None:
         super().__init__()
@@ -70,6 +76,8 @@ class Facts(cst.BatchableCSTVisitor):
         self.compared_kinds: set[str] = set()  # "cuda", "npu": what comparisons name
         self.names_a_scaler = False  # a name with "scaler" in it, or apex's scale_loss
         self.names_backward = False  # `.backward`: the file trains, not only evaluates
+        # `self` where the script sets `self.is_cuda = ...`: its own flag, not a tensor's
+        self.own_device_flags: set[str] = set()
         self._rank_calls: set[int] = set()  # id() of calls that give a rank
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
@@ -104,6 +112,12 @@ class Facts(cst.BatchableCSTVisitor):
         elif node.name.value in self._plain_functions:
             self._defined_twice.add(node.name.value)
         self._plain_functions[node.name.value] = node
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in ("is_cuda", "is_npu") and self.get_metadata(
+            ExpressionContextProvider, node, None
+        ) in (ExpressionContext.STORE, ExpressionContext.DEL):
+            self.own_device_flags.add(code(node.value))
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         for operand in [node.left] + [c.comparator for c in node.comparisons]:

@@ -114,13 +114,16 @@ def membership(
     if not (
         isinstance(target.operator, (cst.In, cst.NotIn))
         and isinstance(kinds, (cst.Tuple, cst.List, cst.Set))
-        and any(is_accelerator_name(element.value) for element in kinds.elements)
+        and any(
+            isinstance(element, cst.Element) and is_accelerator_name(element.value)
+            for element in kinds.elements
+        )
     ):
         return None
     answer = devicekit_call("accelerator_type")
     elements: list[cst.BaseElement] = []
     for element in kinds.elements:
-        if is_accelerator_name(element.value):
+        if isinstance(element, cst.Element) and is_accelerator_name(element.value):
             if any(e.value is answer for e in elements):
                 continue  # ("cuda", "npu"): one answer stands for both
             element = element.with_changes(value=answer)

@@ -5,7 +5,8 @@ Scripts test a tensor's device to decide what runs next (`if out.is_cuda:
 torch.cuda.synchronize()`, `pin = not batch.is_cuda`). On an NPU `is_cuda` is false, so a
 ported synchronize inside such a test never runs there and a timing measures launches,
 not work. The question it asks is "is this tensor on the accelerator", which devicekit
-answers on every kind. Left alone where it guards code for CUDA only."""
+answers on every kind. Left alone where it guards code for CUDA only, and where the script
+sets the attribute itself (`self.is_cuda = torch.cuda.is_available()`: its own flag)."""
 
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ import libcst as cst
 
 from devicekit.port._plugins import leave
 from devicekit.port.branches import guards_device_only_code
-from devicekit.port.nodes import devicekit_call
+from devicekit.port.nodes import code, devicekit_call
 
 if TYPE_CHECKING:
     from devicekit.port.transformer import PortTransformer
@@ -29,6 +30,7 @@ def is_cuda(
     if (
         original.attr.value not in _ATTRIBUTES
         or any(name.startswith("torch.") for name in port.qualified(original))
+        or code(original.value) in port.facts.own_device_flags
         or guards_device_only_code(port, original)
     ):
         return None

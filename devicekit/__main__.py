@@ -1,4 +1,5 @@
-"""The devicekit command line: `doctor`, `check`, `nproc`, `port` and `preflight`."""
+"""The devicekit command line: `doctor`, `check`, `nproc`, `port`, `preflight` and
+`simulate`."""
 
 import argparse
 import sys
@@ -54,10 +55,13 @@ def _parser() -> ArgumentParser:
     )
     prove.add_argument("--json", action="store_true", help="print JSON")
 
-    # Parsed by devicekit.port and devicekit.preflight themselves (see their --help).
+    # Parsed by devicekit.port, devicekit.preflight and devicekit.simulate themselves.
     commands.add_parser("port", help="rewrite CUDA-only training scripts to run on every device")
     commands.add_parser(
         "preflight", help="run a training script here and report what it will hit on an Ascend NPU"
+    )
+    commands.add_parser(
+        "simulate", help="run a command with the npu stand-in in every Python process it starts"
     )
     return parser
 
@@ -74,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from devicekit.preflight import cli as preflight_cli
 
         return preflight_cli.main(argv[1:])
+    if argv[:1] == ["simulate"]:
+        from devicekit.simulate import command
+
+        return command.main(argv[1:])
     # torch.distributed.launch puts --local-rank=N before the subcommand.
     argv, local_rank = pop_local_rank(argv)
     args = _parser().parse_args(argv)

@@ -6,6 +6,7 @@ import re
 DATA_FILES = (
     "devicekit/py.typed",
     "devicekit/simulate/npu_standin.cpp",
+    "devicekit/simulate/site/devicekit_npu_standin-0.dist-info/entry_points.txt",
     "devicekit/preflight/torch_npu_2.13.0_ops.txt",
 )
 _MARKER = "<!-- library example:"

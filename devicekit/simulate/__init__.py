@@ -99,6 +99,13 @@ def memory_capacity(environ: Mapping[str, str]) -> int:
     return nbytes
 
 
+def autoload() -> None:
+    """torch's backend autoload entry point (group `torch.backends`, as torch_npu's own):
+    `python -m devicekit simulate` puts it on PYTHONPATH (site/), so that every Python
+    process of its command has the stand-in once it imports torch, devicekit or not."""
+    activate_from_environment()
+
+
 def activate_from_environment(environ: Mapping[str, str] = os.environ) -> bool:
     """Provide the stand-in device when DEVICEKIT_SIMULATE asks for it; whether it is active."""
     if requested(environ) is None:

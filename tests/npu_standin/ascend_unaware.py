@@ -1,0 +1,27 @@
+"""An Ascend-style DDP script that never imports devicekit: the device by its "npu:{}"
+string, `.npu()`, an hccl process group, a DataLoader with a worker process. Under
+`devicekit simulate` every process it runs in has the stand-in."""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.npu.set_device("npu:{}".format(rank))  # noqa: UP032  (as Ascend scripts write it)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("hccl")
+    data = TensorDataset(torch.arange(8.0).reshape(4, 2))
+    [batch] = next(iter(DataLoader(data, batch_size=4, num_workers=1)))
+    total = batch.npu().sum()
+    if dist.is_initialized():
+        dist.all_reduce(total)
+        dist.destroy_process_group()
+    print(f"rank {rank} on {total.device}: {total.item()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -820,6 +820,27 @@ def test_the_npu_stand_in_offers_no_name_beyond_its_all(wheel):
     )
 
 
+STAND_IN_TORCH_NPU = SIMULATE / "site" / "torch_npu" / "__init__.py"
+
+
+def test_the_stand_ins_torch_npu_binds_only_names_the_wheel_has(wheel):
+    """What `import torch_npu` gives under `devicekit simulate`: each public name its
+    module binds is one the wheel's torch_npu binds, and its __version__ is the wheel's
+    release marked as the stand-in's."""
+    tree = ast.parse(STAND_IN_TORCH_NPU.read_text(), str(STAND_IN_TORCH_NPU))
+    public = sorted({name for name, _, _ in _bindings(tree.body) if not name.startswith("_")})
+    assert public, "nothing to check"
+    absent = [name for name in public if not wheel.resolves(f"torch_npu.{name}")]
+    assert not absent, f"torch-npu {NPU_VERSION} has no torch_npu.{', torch_npu.'.join(absent)}"
+    [version] = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(target, "id", None) for target in node.targets] == ["__version__"]
+    ]
+    assert version == f"{NPU_VERSION}+devicekit.standin"
+
+
 # -- The guards themselves -------------------------------------------------------------------
 
 

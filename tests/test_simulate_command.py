@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import clean_environ
+from devicekit import simulate
 from devicekit.errors import UsageError
 from devicekit.simulate import command
 from support.paths import REPO, TESTS
@@ -18,8 +19,9 @@ TIMEOUT_S = 300  # includes the first build of the stand-in's extension
 
 @pytest.mark.slow
 def test_torchrun_and_its_workers_get_the_stand_in_without_importing_devicekit():
-    """torchrun's two ranks and each one's DataLoader worker: tensors on npu:0 and npu:1,
-    an hccl all_reduce, the one line saying what is not simulated."""
+    """torchrun's two ranks and each one's DataLoader worker: `import torch_npu`, tensors on
+    npu:0 and npu:1, an hccl all_reduce, the one line saying what is not simulated. A
+    torch_npu name the stand-in lacks: hasattr False, and using it says so in one line."""
     result = subprocess.run(
         [sys.executable, "-m", "devicekit", "simulate", "--devices", "2", "--",
          "torchrun", "--standalone", "--nproc-per-node", "2", str(UNAWARE)],
@@ -30,6 +32,11 @@ def test_torchrun_and_its_workers_get_the_stand_in_without_importing_devicekit()
         timeout=TIMEOUT_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert (
+        "refused: torch_npu.npu_rms_norm is not provided by the npu stand-in: it needs "
+        "a real Ascend NPU with torch_npu 2.13.0\n"
+    ) in result.stdout
+    assert "torch_npu 2.13.0+devicekit.standin, npu_rms_norm: False" in result.stdout
     assert sorted(line for line in result.stdout.splitlines() if line.startswith("rank")) == [
         "rank 0 on npu:0: 56.0",  # 28 on each rank, summed
         "rank 1 on npu:1: 56.0",
@@ -57,7 +64,15 @@ def test_a_bad_command_line_is_one_line_before_anything_runs(argv, says):
         command.main(argv)
 
 
-def test_an_installed_torch_npu_is_never_mixed_with_the_stand_in(monkeypatch):
-    monkeypatch.setattr(command.importlib.util, "find_spec", lambda name: object())
+def test_an_installed_torch_npu_is_never_mixed_with_the_stand_in(monkeypatch, tmp_path):
+    """A real torch_npu found on the path is refused; the stand-in's own is not real."""
+    real = tmp_path / "torch_npu"
+    real.mkdir()
+    (real / "__init__.py").write_text("raise ImportError('never imported here')\n")
+    assert not simulate.real_torch_npu_installed()
+    monkeypatch.syspath_prepend(str(simulate.SITE))
+    assert not simulate.real_torch_npu_installed(), "the stand-in's torch_npu"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert simulate.real_torch_npu_installed()
     with pytest.raises(UsageError, match="torch_npu is installed in this environment"):
         command.main(["--", "python"])

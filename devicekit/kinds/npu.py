@@ -240,11 +240,12 @@ class NpuKind(AcceleratorKind):
     ) -> Profiler:
         # torch.profiler does not see the NPU: torch_npu's profiler records its operators
         # (CANN's msprof underneath) and writes the trace layout TensorBoard's Ascend
-        # profiler plugin reads. Where torch.npu was registered without torch_npu (the
-        # stand-in), only the host can be profiled.
-        if importlib.util.find_spec("torch_npu") is None:
+        # profiler plugin reads. Where torch.npu was registered without torch_npu's
+        # profiler (the stand-in, and its torch_npu), only the host can be profiled.
+        try:
+            import torch_npu.profiler
+        except ImportError:
             return super().profiler(output_dir, wait, warmup, active, repeat, **options)
-        import torch_npu.profiler
 
         profiler: Profiler = torch_npu.profiler.profile(
             activities=[

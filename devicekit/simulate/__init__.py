@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from devicekit.errors import UsageError
 from devicekit.kinds.visible import parse_ascend
@@ -23,6 +24,10 @@ VISIBLE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 CHOICES = ("npu",)
 DEFAULT_DEVICES = 2
 MAX_DEVICES = 64
+
+# The folder `devicekit simulate` puts first on PYTHONPATH: torch's autoload entry point
+# for the stand-in, and its torch_npu.
+SITE = Path(__file__).with_name("site")
 
 _active = False
 
@@ -99,6 +104,15 @@ def memory_capacity(environ: Mapping[str, str]) -> int:
     return nbytes
 
 
+def real_torch_npu_installed() -> bool:
+    """Whether a torch_npu other than the stand-in's (site/torch_npu) is imported or can be."""
+    module = sys.modules.get("torch_npu")
+    spec = module.__spec__ if module is not None else importlib.util.find_spec("torch_npu")
+    if spec is None:
+        return module is not None
+    return not (spec.origin or "").startswith(str(SITE) + os.sep)
+
+
 def autoload() -> None:
     """torch's backend autoload entry point (group `torch.backends`, as torch_npu's own):
     `python -m devicekit simulate` puts it on PYTHONPATH (site/), so that every Python
@@ -122,7 +136,7 @@ def activate(devices: int = DEFAULT_DEVICES, *, memory: int = 0) -> None:
         return
     import torch
 
-    if "torch_npu" in sys.modules or importlib.util.find_spec("torch_npu") is not None:
+    if real_torch_npu_installed():
         raise UsageError(
             f"{SIMULATE_ENV}=npu, but torch_npu is installed here: the stand-in "
             f"and a real NPU stack cannot share a process; unset {SIMULATE_ENV} "

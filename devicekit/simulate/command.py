@@ -15,7 +15,6 @@ and nothing is left to clean up. What it inherits:
   code that imports devicekit reads as before.
 """
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -30,10 +29,11 @@ from devicekit.simulate import (
     MAX_DEVICES,
     MEMORY_ENV,
     SIMULATE_ENV,
+    SITE,
     memory_capacity,
+    real_torch_npu_installed,
 )
 
-SITE = Path(__file__).with_name("site")
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
@@ -85,7 +85,7 @@ def main(argv: Sequence[str]) -> int:
     devices = _devices(args.devices)
     if args.memory is not None:
         _memory(args.memory)
-    if importlib.util.find_spec("torch_npu") is not None:
+    if real_torch_npu_installed():
         raise UsageError(
             "torch_npu is installed in this environment: the stand-in and a real NPU stack "
             "are never mixed; run the simulation in an environment without torch_npu"

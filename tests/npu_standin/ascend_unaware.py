@@ -1,11 +1,12 @@
-"""An Ascend-style DDP script that never imports devicekit: the device by its "npu:{}"
-string, `.npu()`, an hccl process group, a DataLoader with a worker process. Under
-`devicekit simulate` every process it runs in has the stand-in."""
+"""An Ascend-style DDP script that never imports devicekit: `import torch_npu`, the device
+by its "npu:{}" string, `.npu()`, an hccl process group, a DataLoader with a worker
+process. Under `devicekit simulate` every process it runs in has the stand-in."""
 
 import os
 
 import torch
 import torch.distributed as dist
+import torch_npu
 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -21,6 +22,13 @@ def main():
         dist.all_reduce(total)
         dist.destroy_process_group()
     print(f"rank {rank} on {total.device}: {total.item()}", flush=True)
+    if rank == 0:
+        fused = hasattr(torch_npu, "npu_rms_norm")  # a feature check, as Ascend code writes
+        print(f"torch_npu {torch_npu.__version__}, npu_rms_norm: {fused}", flush=True)
+        try:
+            torch_npu.npu_rms_norm(total, total)
+        except AttributeError as error:
+            print(f"refused: {error}", flush=True)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,14 @@ def set_compile_mode(jit_compile: bool = False) -> None:
     pass  # the kernels are the CPU's: there is nothing to compile
 
 
+def set_option(option: dict[str, str]) -> None:
+    """CANN's options (ACL_OP_SELECT_IMPL_MODE, NPU_FUZZY_COMPILE_BLACKLIST, ...): there is no
+    CANN here, so they are taken and ignored; a value that is not a dict is refused as
+    torch_npu refuses it."""
+    if not isinstance(option, dict):
+        raise TypeError("npu option must be a dict.")
+
+
 def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.float16, torch.bfloat16, torch.float32]
 
@@ -255,6 +263,7 @@ __all__: list[str] = [
     "seed",
     "set_compile_mode",
     "set_device",
+    "set_option",
     "set_rng_state",
     "stream",
     "synchronize",

@@ -13,6 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 def main():
     rank = int(os.environ.get("LOCAL_RANK", 0))
     torch.npu.set_device("npu:{}".format(rank))  # noqa: UP032  (as Ascend scripts write it)
+    torch.npu.set_compile_mode(jit_compile=False)
+    torch.npu.set_option({"ACL_OP_SELECT_IMPL_MODE": "high_precision"})
     if "WORLD_SIZE" in os.environ:
         dist.init_process_group("hccl")
     data = TensorDataset(torch.arange(8.0).reshape(4, 2))

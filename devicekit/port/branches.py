@@ -1,7 +1,7 @@
 """What the test of a branch asks: "is there (or is this) an accelerator?" Shared by the
 rules that port such tests and those that leave alone what runs only under them."""
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import libcst as cst
 import libcst.matchers as m
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 def is_accelerator_name(node: cst.CSTNode) -> bool:
     """Whether `node` is the string "cuda" or "npu"."""
     return string_value(node) in ACCELERATOR_TYPES
+
+
+def lists_an_accelerator(node: cst.CSTNode) -> TypeGuard[cst.Tuple | cst.List | cst.Set]:
+    """Whether `node` is a tuple, list or set literal with "cuda" or "npu" among its
+    elements (`("cuda",)`, `["cuda", "npu"]`)."""
+    return isinstance(node, (cst.Tuple, cst.List, cst.Set)) and any(
+        isinstance(element, cst.Element) and is_accelerator_name(element.value)
+        for element in node.elements
+    )
 
 
 _ACCELERATOR_TYPE = m.Call(
@@ -47,13 +56,7 @@ def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> b
             )
         ) or (
             isinstance(operator, cst.In)
-            and (
-                is_accelerator_name(left)
-                or (
-                    isinstance(right, (cst.Tuple, cst.List, cst.Set))
-                    and any(is_accelerator_name(e.value) for e in right.elements)
-                )
-            )
+            and (is_accelerator_name(left) or lists_an_accelerator(right))
         )
     if isinstance(test, cst.Attribute) and test.attr.value in ("is_cuda", "is_npu"):
         return True

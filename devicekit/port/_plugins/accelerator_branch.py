@@ -29,7 +29,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port._plugins import call, leave
-from devicekit.port.branches import guards_device_only_code, is_accelerator_name
+from devicekit.port.branches import (
+    guards_device_only_code,
+    is_accelerator_name,
+    lists_an_accelerator,
+)
 from devicekit.port.nodes import ACCELERATOR_TYPES, BACKENDS, devicekit_call, string_value
 
 if TYPE_CHECKING:
@@ -111,14 +115,7 @@ def membership(
         return None
     target = updated.comparisons[0]
     kinds = target.comparator
-    if not (
-        isinstance(target.operator, (cst.In, cst.NotIn))
-        and isinstance(kinds, (cst.Tuple, cst.List, cst.Set))
-        and any(
-            isinstance(element, cst.Element) and is_accelerator_name(element.value)
-            for element in kinds.elements
-        )
-    ):
+    if not (isinstance(target.operator, (cst.In, cst.NotIn)) and lists_an_accelerator(kinds)):
         return None
     answer = devicekit_call("accelerator_type")
     elements: list[cst.BaseElement] = []

@@ -1,13 +1,22 @@
 """What the package must hold, shared by tests/test_package.py and .ci/check-wheel."""
 
 import re
+from pathlib import Path
 
+_REPO = Path(__file__).resolve().parents[1]
+# What `devicekit simulate` puts on PYTHONPATH: not packages of devicekit, so package data.
+_SIMULATE_SITES = sorted(
+    path.relative_to(_REPO).as_posix()
+    for site in ("site", "apex_site")
+    for path in (_REPO / "devicekit" / "simulate" / site).rglob("*")
+    if path.is_file() and "__pycache__" not in path.parts
+)
 # Data files the library reads at run time, besides its modules.
 DATA_FILES = (
     "devicekit/py.typed",
     "devicekit/simulate/npu_standin.cpp",
-    "devicekit/simulate/site/devicekit_npu_standin-0.dist-info/entry_points.txt",
     "devicekit/preflight/torch_npu_2.13.0_ops.txt",
+    *_SIMULATE_SITES,
 )
 _MARKER = "<!-- library example:"
 

@@ -21,10 +21,12 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -214,7 +216,7 @@ class WheelSources:
             self.files = {
                 name: archive.read(name).decode("utf-8", "replace")
                 for name in archive.namelist()
-                if name.endswith((".py", ".txt")) or name.endswith("/METADATA")
+                if name.endswith((".py", ".txt", ".yaml")) or name.endswith("/METADATA")
             }
 
     def python_files(self):
@@ -275,6 +277,37 @@ class WheelSources:
                 }
             names |= exported
         return names
+
+    def operator_schemas(self):
+        """{name: parameters} of each operator torch_npu binds from C++ (no Python def):
+        `- func:` lines of the native-functions yaml files (the overload without a dot),
+        then the signature line of each `_add_torch_npu_docstr` in _op_plugin_docs.py (the
+        op-plugin's operators), parsed by schema_parameters."""
+        if hasattr(self, "_schemas"):
+            return self._schemas
+        schemas = {}
+        for path, text in sorted(self.files.items()):
+            if path.startswith("torch_npu/") and path.endswith(".yaml"):
+                for line in text.splitlines():
+                    found = re.match(r"\s*- func: (\w+)\((.*)\)\s*->", line)
+                    if found and found.group(1) not in schemas:
+                        schemas[found.group(1)] = schema_parameters(found.group(2))
+        with warnings.catch_warnings():  # the docs' LaTeX: "invalid escape sequence"
+            warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+            docs = ast.parse(self.files["torch_npu/_op_plugin_docs.py"])
+        for call in ast.walk(docs):
+            if not (
+                isinstance(call, ast.Call)
+                and getattr(call.func, "id", None) == "_add_torch_npu_docstr"
+                and all(isinstance(arg, ast.Constant) for arg in call.args)
+            ):
+                continue
+            name, doc = (arg.value for arg in call.args)
+            signature = _signature_in(doc, f"torch_npu.{name}(")
+            if signature is not None and name not in schemas:
+                schemas[name] = schema_parameters(signature)
+        self._schemas = schemas
+        return schemas
 
     def module_path(self, dotted):
         """The path in the wheel of module `dotted`'s source file."""
@@ -348,8 +381,76 @@ class WheelSources:
             if self.module_source(f"{module}.{part}") is not None:
                 module = f"{module}.{part}"
                 continue
-            return part in self.top_level_names(module)
+            names = self.top_level_names(module)
+            if module == "torch_npu":
+                names = names | set(self.operator_schemas())
+            return part in names
         return True
+
+
+def _signature_in(doc, opening):
+    """The parameter text of the first `opening...)` in `doc` (it may span lines), or None."""
+    start = doc.find(opening)
+    if start < 0:
+        return None
+    depth, begin = 0, start + len(opening) - 1
+    for index in range(begin, len(doc)):
+        depth += {"(": 1, ")": -1}.get(doc[index], 0)
+        if depth == 0:
+            return doc[begin + 1 : index]
+    return None
+
+
+def _split_top_level(text):
+    """`text` split at the commas outside brackets and quotes."""
+    parts, depth, quote, current = [], 0, None, []
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [part.strip() for part in parts if part.strip()]
+
+
+def schema_parameters(text):
+    """parameters() of an operator schema's parameter text, typed ("Tensor self, float
+    epsilon=1e-06, *, int? dim=None") or not ("x, mask, scale=1.0"): names, kinds and
+    defaults in order; `*` starts the keyword-only ones."""
+    found, kind = [], inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for item in _split_top_level(text):
+        if item == "*":
+            kind = inspect.Parameter.KEYWORD_ONLY
+            continue
+        head, equals, default = item.partition("=")
+        found.append((kind.name, head.split()[-1], default.strip() if equals else None))
+    return found
+
+
+def _default_value(text):
+    """A default's source compared by value where it is a literal ("1e-6" == "1e-06")."""
+    if text is None:
+        return None
+    try:
+        return ("value", ast.literal_eval({"true": "True", "false": "False"}.get(text, text)))
+    except (ValueError, SyntaxError):
+        return ("source", text)
+
+
+def same_parameters(mine, theirs):
+    """Whether two parameters() lists agree in names, kinds and defaults' values."""
+    return [(kind, name, _default_value(d)) for kind, name, d in mine] == [
+        (kind, name, _default_value(d)) for kind, name, d in theirs
+    ]
 
 
 def _dotted(node):
@@ -675,7 +776,9 @@ def signature_mismatches(public_name, stand_in, wheel_def):
         # The constructor whose parameters users pass: __new__ where the wheel's class
         # defines only that (its streams and events), else __init__.
         constructor = "__new__" if "__new__" in theirs and "__init__" not in theirs else "__init__"
-        if constructor not in own:
+        if constructor not in own and constructor not in theirs:
+            constructor = None  # neither class constructs (constants, an Enum): methods only
+        elif constructor not in own:
             return [
                 f"{public_name}: the stand-in class defines no {constructor} ({stand_in_at}), "
                 f"so its signature cannot be compared with the wheel's ({wheel_at})"
@@ -694,7 +797,7 @@ def signature_mismatches(public_name, stand_in, wheel_def):
                 f"the wheel's class ({wheel_at}) defines no "
                 f"{name.rpartition('.')[2]}"
             )
-        elif parameters(mine.args) != parameters(real.args):
+        elif not same_parameters(parameters(mine.args), parameters(real.args)):
             real_at = f"{wheel_at.rpartition(':')[0]}:{real.lineno}"
             problems.append(
                 f"{name}: stand-in {signature_text(mine)} ({mine_at}) != wheel "
@@ -764,6 +867,8 @@ def test_every_name_the_npu_stand_in_offers_is_torch_npus_with_its_signature(whe
                 problems.append(f"{public_name}: torch-npu {NPU_VERSION} has no {dotted}")
                 continue
             stand_in = last_binding(tree, name)
+            if not isinstance(stand_in, _DEFINITIONS) and wheel.definition(dotted) is None:
+                continue  # bound otherwise in the wheel too (torch.npu.config, an instance)
             if not isinstance(stand_in, _DEFINITIONS):
                 problems.append(
                     f"{public_name}: {where} lists it in __all__ but does not "
@@ -839,6 +944,160 @@ def test_the_stand_ins_torch_npu_binds_only_names_the_wheel_has(wheel):
         and [getattr(target, "id", None) for target in node.targets] == ["__version__"]
     ]
     assert version == f"{NPU_VERSION}+devicekit.standin"
+
+
+SITE_TORCH_NPU = SIMULATE / "site" / "torch_npu"
+
+
+def site_modules():
+    """(dotted name, path) of each module of the stand-in's torch_npu: site/torch_npu/a/b.py
+    stands for the wheel's torch_npu.a.b."""
+    for path in sorted(SITE_TORCH_NPU.rglob("*.py")):
+        parts = path.relative_to(SITE_TORCH_NPU.parent).with_suffix("").parts
+        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def _module_file(dotted, importer, level):
+    """The source file of the module an import in `importer` reads: `devicekit.*` from the
+    repository, a relative import from beside `importer`; None for any other module."""
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        parts = dotted.split(".") if dotted else []
+    elif dotted.split(".")[0] == "devicekit":
+        base, parts = REPO, dotted.split(".")
+    else:
+        return None
+    stem = base.joinpath(*parts)
+    for candidate in (stem / "__init__.py", stem.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def stand_in_definition(path, name, _depth=0):
+    """(where, node) of the def or class that the module at `path` binds `name` to,
+    following `from devicekit... import` and relative imports; None when it binds the
+    name otherwise (an assignment, an import from torch)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = [(node, imported) for bound, node, imported in _bindings(tree.body) if bound == name]
+    if not found or _depth > 8:
+        return None
+    node, imported = found[-1]
+    if isinstance(node, _DEFINITIONS):
+        return f"{path.relative_to(REPO)}:{node.lineno}", node
+    if isinstance(node, ast.ImportFrom):
+        source = _module_file(node.module, path, node.level)
+        if source is not None:
+            return stand_in_definition(source, imported, _depth + 1)
+    return None
+
+
+def _schema_mismatch(public_name, where, node, schema):
+    """How a stand-in def of a C++ operator differs from the wheel's schema, or None."""
+    if isinstance(node, ast.ClassDef):
+        return f"{public_name}: the stand-in's is a class ({where}), the wheel's an operator"
+    if same_parameters(parameters(node.args), schema):
+        return None
+    wheel_text = ", ".join(
+        ("*, " if kind == "KEYWORD_ONLY" else "") + name + ("" if d is None else f"={d}")
+        for kind, name, d in schema
+    )
+    return (
+        f"{public_name}: stand-in {signature_text(node)} ({where}) != the wheel's operator "
+        f"schema {public_name.rpartition('.')[2]}({wheel_text})"
+    )
+
+
+def site_module_problems(wheel, dotted, path):
+    """What is wrong with one module of the stand-in's torch_npu: no literal __all__, public
+    names outside it, a listed name the wheel lacks there, or one defined with other
+    parameters than the wheel's def, class or operator schema."""
+    where = path.relative_to(REPO)
+    tree = ast.parse(path.read_text(), str(path))
+    exported = literal_all(tree)
+    if exported is None:
+        return [f"{where} has no literal __all__ to check"]
+    problems = [f"{where}: {found}" for found in public_names_beyond_all(tree)]
+    for name in exported:
+        public_name = f"{dotted}.{name}"
+        if not wheel.resolves(public_name):
+            problems.append(f"{public_name}: torch-npu {NPU_VERSION} has no such name ({where})")
+            continue
+        mine = stand_in_definition(path, name)
+        real = wheel.definition(public_name)
+        schema = wheel.operator_schemas().get(name) if dotted == "torch_npu" else None
+        if real is None and schema is None:
+            continue  # bound otherwise in the wheel too (an assignment, torch's own name)
+        if mine is None:
+            problems.append(
+                f"{public_name}: {where} does not define it with def or class (nor import "
+                "one from devicekit), so its signature cannot be compared with the wheel's"
+            )
+        elif real is not None:
+            problems += signature_mismatches(
+                public_name, mine, (f"{real[0]}:{real[1].lineno}", real[1])
+            )
+        else:
+            problems += filter(None, [_schema_mismatch(public_name, *mine, schema)])
+    return problems
+
+
+def test_every_module_of_the_stand_ins_torch_npu_offers_the_wheels_names_and_signatures(wheel):
+    """Each module under site/torch_npu (torch_npu, torch_npu.optim, torch_npu.profiler,
+    torch_npu.contrib.transfer_to_npu...) lists its public names in __all__; each exists
+    at that path in the wheel and is defined with the wheel's parameters: its def's or
+    class's, or for an operator bound from C++ its schema."""
+    modules = dict(site_modules())
+    assert "torch_npu" in modules, "nothing to check"
+    problems = []
+    for dotted, path in modules.items():
+        problems += site_module_problems(wheel, dotted, path)
+    assert not problems, (
+        f"the stand-in's torch_npu differs from torch-npu {NPU_VERSION}:\n" + "\n".join(problems)
+    )
+
+
+def test_the_operator_schemas_are_read_from_the_wheel(wheel):
+    """The check above compares operators with the schemas the wheel documents."""
+    schemas = wheel.operator_schemas()
+    assert schemas["npu_rms_norm"] == [
+        ("POSITIONAL_OR_KEYWORD", "self", None),
+        ("POSITIONAL_OR_KEYWORD", "gamma", None),
+        ("POSITIONAL_OR_KEYWORD", "epsilon", "1e-06"),
+    ]
+    assert schemas["npu_format_cast"][2:] == [
+        ("KEYWORD_ONLY", "customize_dtype", "None"),
+        ("KEYWORD_ONLY", "input_dtype", "None"),
+    ]
+    assert [name for _, name, _ in schemas["npu_scaled_masked_softmax"]] == [
+        "x",
+        "mask",
+        "scale",
+        "fixed_triu_mask",
+    ]
+    assert wheel.resolves("torch_npu.npu_fusion_attention")
+    assert not wheel.resolves("torch_npu.npu_no_such_operator")
+
+
+def test_the_site_check_finds_a_wrong_operator_and_a_missing_name(wheel, tmp_path, monkeypatch):
+    """A stand-in operator with a changed default, and a name the wheel lacks, are reported
+    with the wheel's schema and the module's path."""
+    module = tmp_path / "torch_npu.py"
+    module.write_text(
+        "__all__ = ['npu_rms_norm', 'npu_made_up']\n"
+        "def npu_rms_norm(self, gamma, epsilon=1e-5): pass\n"
+        "def npu_made_up(x): pass\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)  # where paths are told from
+    problems = site_module_problems(wheel, "torch_npu", module)
+    assert problems == [
+        "torch_npu.npu_rms_norm: stand-in npu_rms_norm(self, gamma, epsilon=1e-05) "
+        "(torch_npu.py:2) != the wheel's operator schema "
+        "npu_rms_norm(self, gamma, epsilon=1e-06)",
+        f"torch_npu.npu_made_up: torch-npu {NPU_VERSION} has no such name (torch_npu.py)",
+    ], problems
 
 
 # -- The guards themselves -------------------------------------------------------------------

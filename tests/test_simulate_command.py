@@ -33,10 +33,10 @@ def test_torchrun_and_its_workers_get_the_stand_in_without_importing_devicekit()
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (
-        "refused: torch_npu.npu_rms_norm is not provided by the npu stand-in: it needs "
+        "refused: torch_npu.npu_grouped_matmul is not provided by the npu stand-in: it needs "
         "a real Ascend NPU with torch_npu 2.13.0\n"
     ) in result.stdout
-    assert "torch_npu 2.13.0+devicekit.standin, npu_rms_norm: False" in result.stdout
+    assert "torch_npu 2.13.0+devicekit.standin, npu_grouped_matmul: False" in result.stdout
     assert sorted(line for line in result.stdout.splitlines() if line.startswith("rank")) == [
         "rank 0 on npu:0: 56.0",  # 28 on each rank, summed
         "rank 1 on npu:1: 56.0",

@@ -149,7 +149,7 @@ def activate(devices: int = DEFAULT_DEVICES, *, memory: int = 0) -> None:
             f"{owner!r} in this process: unset {SIMULATE_ENV}"
         )
 
-    from devicekit.simulate import build, hccl, npu_amp, npu_module, rnn, sparse
+    from devicekit.simulate import build, fused, hccl, npu_amp, npu_module, rnn, sparse
 
     torch.utils.rename_privateuse1_backend("npu")
     native = build.load()
@@ -160,9 +160,11 @@ def activate(devices: int = DEFAULT_DEVICES, *, memory: int = 0) -> None:
     torch._register_device_module("npu", npu_module)  # type: ignore[no-untyped-call]
     sys.modules["torch.npu.amp"] = npu_amp
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    torch.nn.parameter.UninitializedTensorMixin._allowed_methods.append(torch.Tensor.npu)  # type: ignore[attr-defined]
     hccl.register(native.host_view)
     rnn.register()
     sparse.register()
+    fused.register()
     atexit.register(_settle_autograd_threads, os.getpid())
     _active = True
 

@@ -44,6 +44,8 @@ class Extension(Protocol):
 
     def set_capacity(self, nbytes: int) -> None: ...  # per device; 0: no limit
 
+    def capacity(self) -> int: ...  # what set_capacity set
+
     def memory_usage(self, index: int) -> tuple[int, int]: ...  # (bytes in use, their peak)
 
     def reset_peak(self, index: int) -> None: ...

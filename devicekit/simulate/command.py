@@ -5,16 +5,19 @@ stand-in in every Python process it starts, whether or not that code imports dev
 The command replaces this process (exec): its signals, output and exit code are its own,
 and nothing is left to clean up. What it inherits:
 
-- PYTHONPATH starts with site/, which holds only an entry point of torch's backend
-  autoload (group `torch.backends`, the one torch_npu registers on an Ascend machine):
-  every process that imports torch, mp.spawn's and torchrun's children, a shell loop's
-  ranks and DataLoader workers included, activates the stand-in then;
+- PYTHONPATH starts with site/, which holds an entry point of torch's backend autoload
+  (group `torch.backends`, the one torch_npu registers on an Ascend machine): every
+  process that imports torch, mp.spawn's and torchrun's children, a shell loop's ranks and
+  DataLoader workers included, activates the stand-in then; and the stand-in's torch_npu;
+- then, where no apex is importable here, apex_site/: Ascend's apex (amp and its NPU fused
+  optimizers), which most Ascend model zoo scripts import; an installed apex is left alone;
 - TORCH_DEVICE_BACKEND_AUTOLOAD=1, which importing devicekit sets to 0 for a real
   torch_npu's sake (refused here);
 - DEVICEKIT_SIMULATE=npu, DEVICEKIT_SIMULATE_DEVICES and DEVICEKIT_SIMULATE_MEMORY, which
   code that imports devicekit reads as before.
 """
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -35,6 +38,7 @@ from devicekit.simulate import (
 )
 
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+APEX_SITE = SITE.with_name("apex_site")  # Ascend's apex, where none is installed
 
 
 def _parser() -> ArgumentParser:
@@ -73,6 +77,18 @@ def _memory(raw: str) -> None:
         ) from None
 
 
+def real_apex_installed() -> bool:
+    """Whether an apex other than the stand-in's (apex_site/apex) can be imported."""
+    spec = importlib.util.find_spec("apex")
+    return spec is not None and not (spec.origin or "").startswith(str(APEX_SITE) + os.sep)
+
+
+def sites() -> list[str]:
+    """The folders the stand-in's Python processes find first: site/ (torch's autoload
+    entry point and torch_npu), then apex_site/ unless an apex is installed."""
+    return [str(SITE)] if real_apex_installed() else [str(SITE), str(APEX_SITE)]
+
+
 def main(argv: Sequence[str]) -> int:
     """Check the command line, then exec the command with the stand-in's environment."""
     args = _parser().parse_args(argv)
@@ -100,13 +116,20 @@ def main(argv: Sequence[str]) -> int:
     environ.update({SIMULATE_ENV: "npu", DEVICES_ENV: str(devices), AUTOLOAD_ENV: "1"})
     if args.memory is not None:
         environ[MEMORY_ENV] = args.memory
-    # site/ first; devicekit's own folder last, for a checkout that is not installed.
-    paths = [str(SITE), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    # site/ first (apex_site/ next, unless an apex is installed); devicekit's own folder
+    # last, for a checkout that is not installed.
+    paths = [*sites(), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     environ["PYTHONPATH"] = os.pathsep.join([*paths, str(Path(devicekit.__file__).parents[1])])
     say(
         f"devicekit simulate: {devices} simulated NPU(s), npu:0 to npu:{devices - 1}, in every "
         "Python process of this command; NPU numerics and speed are not simulated"
     )
+    hccl = sorted(name for name in environ if name.startswith("HCCL_"))
+    if hccl:  # HCCL_CONNECT_TIMEOUT, HCCL_BUFFSIZE...: passed on, nothing reads them
+        say(
+            f"devicekit simulate: {', '.join(hccl)} accepted and ignored: the stand-in's "
+            "hccl runs on gloo, on the host, with no HCCL to tune"
+        )
     sys.stdout.flush()
     try:
         os.execve(program, [command[0], *command[1:]], environ)

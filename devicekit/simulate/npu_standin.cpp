@@ -348,6 +348,16 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source,
 
 void record_stream(at::Tensor&, c10::Stream) {}
 
+// As torch_npu registers it: a dense npu tensor and a dense CPU one may swap their
+// contents in place (`param.data = npu_tensor`), so that Module.npu() keeps its Parameter
+// objects, as Module.cuda() does, and an optimizer built before the move still holds them.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.is_cpu() || t.device().is_privateuseone());
+  };
+  return dense(self) && dense(from);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
@@ -360,6 +370,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 // -- every other operator: torch's CPU kernel on host views ----------------------------------
@@ -661,6 +672,8 @@ void set_capacity(int64_t nbytes) {
   capacity.store(nbytes);
 }
 
+int64_t get_capacity() { return capacity.load(); }
+
 // (bytes in use, their peak) on device `index`.
 std::pair<int64_t, int64_t> memory_usage(int64_t index) {
   check_index(static_cast<c10::DeviceIndex>(index));
@@ -680,6 +693,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", &get_device_count);
   m.def("host_view", &host_view_of);
   m.def("set_capacity", &set_capacity);
+  m.def("capacity", &get_capacity);
   m.def("memory_usage", &memory_usage);
   m.def("reset_peak", &reset_peak);
 }

@@ -3,6 +3,7 @@ by its "npu:{}" string, `.npu()`, an hccl process group, a DataLoader with a wor
 process. Under `devicekit simulate` every process it runs in has the stand-in."""
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -23,12 +24,15 @@ def main():
     if dist.is_initialized():
         dist.all_reduce(total)
         dist.destroy_process_group()
-    print(f"rank {rank} on {total.device}: {total.item()}", flush=True)
+    # One write per line: the ranks share torchrun's stdout, and print() writes the line
+    # and its newline apart, which another rank's line can fall between.
+    sys.stdout.write(f"rank {rank} on {total.device}: {total.item()}\n")
+    sys.stdout.flush()
     if rank == 0:
-        fused = hasattr(torch_npu, "npu_rms_norm")  # a feature check, as Ascend code writes
-        print(f"torch_npu {torch_npu.__version__}, npu_rms_norm: {fused}", flush=True)
+        fused = hasattr(torch_npu, "npu_grouped_matmul")  # a feature check, as Ascend code writes
+        print(f"torch_npu {torch_npu.__version__}, npu_grouped_matmul: {fused}", flush=True)
         try:
-            torch_npu.npu_rms_norm(total, total)
+            torch_npu.npu_grouped_matmul(total, total)
         except AttributeError as error:
             print(f"refused: {error}", flush=True)
 

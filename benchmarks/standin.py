@@ -12,6 +12,14 @@ pins its programs; every subprocess inherits it), one table printed and a JSON f
    DEVICEKIT_SIMULATE, paired and interleaved (order reversed every other pair). The row is
    the median of the paired differences with its sign-test interval (benchmarks/stats.py);
    goal: well under a second, "met" when the interval's upper end is below 1.0 s.
+2b. simulate: `python -m devicekit simulate -- python -c "import torch, torch_npu"` minus
+   `python -c "import torch"`, paired as row 2: what a command pays once (devicekit
+   simulate's own interpreter, which imports torch, then its command's first process).
+   Reported only.
+2c. simulate, per process: `python -c "import torch, torch_npu"` in the environment that
+   command gives its processes (torch's autoload activating the stand-in) minus `python -c
+   "import torch"`: what each Python process of the command pays (each torchrun rank, each
+   DataLoader worker that imports torch anew). Same goal.
 3. per step: ResNet-18 (1000 classes), batch 16, 64 px, forward + backward + SGD step (the
    batch copied to the device each step), in this one process with the stand-in active:
    one copy of the model on `npu`, one on `cpu`, same initial weights, same batches, the
@@ -46,6 +54,8 @@ from run import PY, ROOT, cores, environ, run
 from stats import CONFIDENCE, alternate_blocks, median_interval, step_timer
 
 IMPORT = [PY, "-c", "import devicekit"]
+# What `devicekit simulate` puts first on PYTHONPATH (devicekit.simulate.SITE).
+SITE = os.path.join(ROOT, "devicekit", "simulate", "site")
 STARTUP_GOAL_S = 1.0
 STEP_GOAL = 1.15
 BATCH, SIZE, CLASSES, WARMUP_STEPS = 16, 64, 1000, 5
@@ -56,15 +66,20 @@ STEP_ROWS = {
 }
 
 
+def seconds(command, env):
+    """Wall seconds of `command` run to its end with environment `env`."""
+    start = time.perf_counter()
+    run(command, env=env, timeout=600)
+    return time.perf_counter() - start
+
+
 def import_seconds(cache, simulate):
     """Wall seconds of `python -c "import devicekit"`, with or without the stand-in."""
     env = environ(DEVICEKIT_CACHE=cache)
     env.pop("DEVICEKIT_SIMULATE", None)
     if simulate:
         env["DEVICEKIT_SIMULATE"] = "npu"
-    start = time.perf_counter()
-    run(IMPORT, env=env, timeout=600)
-    return time.perf_counter() - start
+    return seconds(IMPORT, env)
 
 
 def builds(scratch, repeats):
@@ -85,17 +100,16 @@ def builds(scratch, repeats):
     return row, cache
 
 
-def startup(cache, pairs):
-    """Row 2: warm start-up with the stand-in minus without, paired and interleaved."""
+def paired(with_run, without_run, pairs):
+    """Paired, interleaved wall seconds of two callables (order reversed every other pair):
+    the median difference with its sign-test interval, and both sides' figures."""
     with_s, without_s = [], []
     for index in range(pairs):
-        order = (True, False) if index % 2 == 0 else (False, True)
-        for simulate in order:
-            (with_s if simulate else without_s).append(import_seconds(cache, simulate))
+        for first in (True, False) if index % 2 == 0 else (False, True):
+            (with_s if first else without_s).append(with_run() if first else without_run())
     differences = [a - b for a, b in zip(with_s, without_s, strict=False)]
     low, high, confidence = median_interval(differences)
     return {
-        "what": "warm start-up: import devicekit with DEVICEKIT_SIMULATE=npu minus without",
         "median_s": statistics.median(differences),
         "interval_s": [low, high],
         "confidence": confidence,
@@ -108,6 +122,50 @@ def startup(cache, pairs):
         "with_s": with_s,
         "without_s": without_s,
     }
+
+
+def startup(cache, pairs):
+    """Row 2: warm start-up with the stand-in minus without, paired and interleaved."""
+    return {
+        "what": "warm start-up: import devicekit with DEVICEKIT_SIMULATE=npu minus without"
+    } | paired(lambda: import_seconds(cache, True), lambda: import_seconds(cache, False), pairs)
+
+
+def simulate_startup(cache, pairs):
+    """Rows 2b and 2c: `devicekit simulate` once per command (its own interpreter, then the
+    command's first Python process), and what each Python process of the command pays
+    (torch's autoload of the stand-in, `import torch_npu`), each minus `import torch`."""
+    env = environ(DEVICEKIT_CACHE=cache)
+    env.pop("DEVICEKIT_SIMULATE", None)
+    plain = [PY, "-c", "import torch"]
+    ascend = [PY, "-c", "import torch, torch_npu"]
+    command = [PY, "-m", "devicekit", "simulate", "--", *ascend]
+    # The environment `devicekit simulate` gives its command's processes.
+    child = env | {
+        "DEVICEKIT_SIMULATE": "npu",
+        "DEVICEKIT_SIMULATE_DEVICES": "2",
+        "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+        "PYTHONPATH": os.pathsep.join([SITE, ROOT]),
+    }
+    without = lambda: seconds(plain, env)  # noqa: E731
+    # A command pays for one more interpreter, which imports torch (devicekit does): reported.
+    per_command = paired(lambda: seconds(command, env), without, pairs) | {
+        "goal": "-",
+        "verdict": "report",
+    }
+    per_process = paired(lambda: seconds(ascend, child), without, pairs)
+    return (
+        {
+            "what": "devicekit simulate -- python -c 'import torch, torch_npu' minus "
+            "python -c 'import torch'"
+        }
+        | per_command,
+        {
+            "what": "one process of the command: import torch, torch_npu (autoloaded "
+            "stand-in) minus import torch"
+        }
+        | per_process,
+    )
 
 
 def at_most(low, high, confidence, goal, strict=False):
@@ -189,18 +247,20 @@ def format_table(results):
         "| row | cpu / without | npu / with | median | interval | goal | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    build, start = results["rows"]["1. build"], results["rows"]["2. start-up"]
+    build = results["rows"]["1. build"]
     lines.append(
         f"| 1. {build['what']} | - | - | {build['median_s']:.1f} s | runs "
         f"{', '.join(f'{s:.1f}' for s in build['runs_s'])} s | - | report |"
     )
-    lines.append(
-        f"| 2. {start['what']} | {start['without_median_s']:.3f} s | "
-        f"{start['with_median_s']:.3f} s | {start['median_s']:+.3f} s | "
-        f"{start['interval_s'][0]:+.3f} to {start['interval_s'][1]:+.3f} s "
-        f"({start['pairs']} pairs, {start['confidence']:.1%}) | {start['goal']} | "
-        f"{start['verdict']} |"
-    )
+    for name in ("2. start-up", "2b. simulate", "2c. simulate, per process"):
+        start = results["rows"][name]
+        lines.append(
+            f"| {name.split('.')[0]}. {start['what']} | {start['without_median_s']:.3f} s | "
+            f"{start['with_median_s']:.3f} s | {start['median_s']:+.3f} s | "
+            f"{start['interval_s'][0]:+.3f} to {start['interval_s'][1]:+.3f} s "
+            f"({start['pairs']} pairs, {start['confidence']:.1%}) | {start['goal']} | "
+            f"{start['verdict']} |"
+        )
     for name in STEP_ROWS:
         row = results["rows"][name]
         lines.append(
@@ -244,6 +304,10 @@ def main():
         record("1. build", row)
         print("2. start-up pairs ...", file=sys.stderr, flush=True)
         record("2. start-up", startup(cache, args.startup_pairs))
+        print("2b/2c. devicekit simulate start-up pairs ...", file=sys.stderr, flush=True)
+        per_command, per_process = simulate_startup(cache, args.startup_pairs)
+        record("2b. simulate", per_command)
+        record("2c. simulate, per process", per_process)
         os.environ.update(DEVICEKIT_SIMULATE="npu", DEVICEKIT_CACHE=cache)
         sys.path.insert(0, ROOT)
         for name, (amp, foreach) in STEP_ROWS.items():

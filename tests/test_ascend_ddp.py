@@ -120,6 +120,22 @@ def test_each_rank_trains_on_the_npu_its_launcher_gave_it(runs, mode):
         assert len(report["losses"]) == 48 // 8, report  # one epoch of global batches of 8
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_torch_npu_name_the_stand_in_lacks_is_absent_and_says_so(runs, mode):
+    """hasattr() answers False, so a script's own fallback runs; using it says in one line
+    that it needs a real NPU. The command's first line says what is not simulated."""
+    for report in runs[mode].reports().values():
+        assert report["has_grouped_matmul"] is False, report
+        assert report["refused"] == (
+            "torch_npu.npu_grouped_matmul is not provided by the npu stand-in: it needs a "
+            "real Ascend NPU with torch_npu 2.13.0"
+        ), report
+    assert runs[mode].finished.stderr_lines()[0] == (
+        "devicekit simulate: 2 simulated NPU(s), npu:0 to npu:1, in every Python process of "
+        "this command; NPU numerics and speed are not simulated"
+    )
+
+
 def test_every_two_rank_launch_ends_with_the_same_weights_bitwise(runs):
     """Same seed, same global batch at each step (the sampler's seeded shuffle, split
     between 2 ranks): torchrun, mp.spawn and the shell loop save identical checkpoints."""

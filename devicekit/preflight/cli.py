@@ -19,9 +19,10 @@ from pathlib import Path
 from devicekit import simulate, writable
 from devicekit.errors import ArgumentParser, UsageError
 from devicekit.preflight import npu_ops, report
-from devicekit.preflight.checks import Check, Context, Finding, all_checks
+from devicekit.preflight.checks import Check, Context, Finding, all_checks, npu_operators
 from devicekit.preflight.recording import Recording
 from devicekit.preflight.runner import run
+from devicekit.simulate import command
 
 STRICT_KINDS = ("sparse-gradient", "cpu-fallback", "cuda-only")
 
@@ -263,6 +264,7 @@ def main(argv: list[str]) -> int:
     if args.npu_stand_in:
         simulate.activate(simulate.visible_count(os.environ))
         os.environ["DEVICEKIT_DEVICE"] = "npu"
+        sys.path[:0] = command.sites()  # an Ascend script's `import torch_npu`, `apex`
     recording = Recording()
     target = args.module or args.script
     outcome = run(target, args.args, args.module is not None, recording, args.steps)
@@ -272,11 +274,13 @@ def main(argv: list[str]) -> int:
     context = Context(npu_ops=ops, torch_npu=release, scripts=scripts)
     checks = all_checks()
     findings = [finding for check in checks for finding in _in_order(check, recording, context)]
+    supported = npu_operators.supported(context)
     state = outcome.state if outcome.state != "raised" else f"raised at {outcome.where}"
     sys.stdout.flush()
-    print(report.text(findings, checks, release, recording.steps, state), flush=True)
+    print(report.text(findings, checks, release, recording.steps, state, supported), flush=True)
     if args.json:
-        _write_json(args.json, report.to_json(findings, checks, release, recording.steps))
+        data = report.to_json(findings, checks, release, recording.steps, supported)
+        _write_json(args.json, data)
     if recording.steps == 0 and outcome.state != "raised":
         print(
             f"devicekit preflight: note: {target} made no optimizer step, so nothing is "

@@ -1,12 +1,15 @@
 """The preflight report: JSON, and text grouped by kind, most costly first; host-side
-work (checks that set HOST_SIDE) apart from the device's findings, after them."""
+work (checks that set HOST_SIDE) apart from the device's findings, after them; and the
+listed torch_npu operators the script names, as one line after the summary."""
 
 import os
 from collections.abc import Sequence
 
 from devicekit.preflight.checks import Check, Finding, is_host_side
+from devicekit.preflight.checks.npu_operators import Supported
 
 SHOWN_PER_KIND = 12
+SITES_SHOWN = 3  # per torch_npu operator on its line; --json FILE lists all
 HOST_SIDE_HEADER = "apart from the device's findings: work on tensors not seen reaching the device"
 VIA_NOTE = (
     "via: the installed library's line that ran it, reached from yours: change your call "
@@ -24,23 +27,50 @@ def _split(findings: list[Finding], checks: Sequence[Check]) -> tuple[list[Findi
 
 
 def to_json(
-    findings: list[Finding], checks: Sequence[Check], torch_npu: str, steps: int
+    findings: list[Finding],
+    checks: Sequence[Check],
+    torch_npu: str,
+    steps: int,
+    npu_operators: Sequence[Supported] = (),
 ) -> dict[str, object]:
-    """The report as JSON: the device's findings, and the host-side ones apart."""
+    """The report as JSON: the device's findings, and the host-side ones apart; with
+    `npu_operators` (only for a script that names listed torch_npu operators) those too."""
     device, host = _split(findings, checks)
-    return {
+    report: dict[str, object] = {
         "torch_npu": torch_npu,
         "steps": steps,
         "findings": [finding.to_json() for finding in device],
         "host_side": [finding.to_json() for finding in host],
     }
+    if npu_operators:
+        report["npu_operators"] = [operator.to_json() for operator in npu_operators]
+    return report
+
+
+def _at(file: str, line: int) -> str:
+    path = os.path.relpath(file) if os.path.isabs(file) else file
+    if path.startswith(".." + os.sep):
+        path = file
+    return f"{path}:{line}"
 
 
 def _where(finding: Finding) -> str:
-    path = os.path.relpath(finding.file) if os.path.isabs(finding.file) else finding.file
-    if path.startswith(".." + os.sep):
-        path = finding.file
-    return f"{path}:{finding.line}"
+    return _at(finding.file, finding.line)
+
+
+def _operators_line(npu_operators: Sequence[Supported], torch_npu: str) -> str:
+    """The listed torch_npu operators the script names, at their first sites."""
+    shown = []
+    for operator in npu_operators:
+        sites = [_at(f, line) + (f" x{n}" if n > 1 else "") for f, line, n in operator.sites]
+        more = len(sites) - SITES_SHOWN
+        sites = sites[:SITES_SHOWN] + ([f"+{more} more"] if more > 0 else [])
+        shown.append(f"{operator.name} ({', '.join(sites)})")
+    return (
+        f"torch_npu operators it calls (each in torch_npu {torch_npu}; checked by name only: "
+        "the npu stand-in runs PyTorch references of them, not their NPU kernels): "
+        + ", ".join(shown)
+    )
 
 
 def _section(check: Check, mine: list[Finding]) -> list[str]:
@@ -64,10 +94,16 @@ def _section(check: Check, mine: list[Finding]) -> list[str]:
 
 
 def text(
-    findings: list[Finding], checks: Sequence[Check], torch_npu: str, steps: int, outcome: str
+    findings: list[Finding],
+    checks: Sequence[Check],
+    torch_npu: str,
+    steps: int,
+    outcome: str,
+    npu_operators: Sequence[Supported] = (),
 ) -> str:
-    """The report as text: a summary line of the device's findings, each kind's section,
-    then the host-side sections."""
+    """The report as text: a summary line of the device's findings, the line of the listed
+    torch_npu operators the script names (if any), each kind's section, then the host-side
+    sections."""
     device, _ = _split(findings, checks)
     kinds = [check for check in checks if any(f.kind == check.KIND for f in device)]
     head = (
@@ -75,6 +111,8 @@ def text(
         f"against torch_npu {torch_npu}; {steps} optimizer step(s) recorded ({outcome})"
     )
     lines = [head]
+    if npu_operators:
+        lines.append(_operators_line(npu_operators, torch_npu))
     host_side: list[str] = []
     for check in checks:
         mine = [f for f in findings if f.kind == check.KIND]

@@ -86,11 +86,13 @@ def all_checks() -> list[Check]:
         float64,
         host_side,
         host_sync,
+        npu_operators,
         sparse_gradient,
     )
 
     return [
         sparse_gradient,
+        npu_operators,
         cpu_fallback,
         dynamic_shape,
         host_sync,

@@ -1,6 +1,7 @@
 """`cuda-only`: CUDA-only calls in the user's own files that `devicekit port` would rewrite
-or that need a change by hand."""
+or that need a change by hand (Ascend's own calls, which run on the NPU, are not reported)."""
 
+import re
 from pathlib import Path
 
 from devicekit.preflight.checks import Context, Finding
@@ -11,6 +12,15 @@ ADVICE = (
     "python -m devicekit port --write FILE rewrites those shown with '->'; "
     "the others it cannot, and each says what to change by hand"
 )
+
+# Ascend's own code (torch.npu, `.npu()`, torch_npu's operators and optimizers, Ascend's
+# apex, hccl) runs on the NPU as written: port reports it for the other devices' sake.
+_ASCEND = re.compile(r"npu|hccl|\bapex\b|\bamp\.", re.IGNORECASE)
+_CUDA = re.compile(r"cuda|nccl|cudnn", re.IGNORECASE)
+
+
+def _ascend_only(construct: str) -> bool:
+    return bool(_ASCEND.search(construct)) and not _CUDA.search(construct)
 
 
 def findings(recording: Recording, context: Context) -> list[Finding]:
@@ -23,6 +33,8 @@ def findings(recording: Recording, context: Context) -> list[Finding]:
         except (OSError, ParseFailure):
             continue
         for change in report.changes:
+            if _ascend_only(change.before):
+                continue
             out.append(
                 Finding(
                     KIND,
@@ -35,6 +47,8 @@ def findings(recording: Recording, context: Context) -> list[Finding]:
                 )
             )
         for item in report.manual:
+            if _ascend_only(item.construct):
+                continue
             out.append(
                 Finding(
                     KIND,

@@ -1,10 +1,11 @@
 """An Ascend team's DDP training script, unchanged, on the npu stand-in: the script
 (tests/npu_standin/ascend_ddp.py) imports torch_npu, never devicekit, and runs under
-`python -m devicekit simulate --devices 2 -- ...` started four ways: by torchrun, as one
-process, by its own mp.spawn, and by Ascend's RANK_ID/RANK_SIZE shell loop. HCCL_*
+`python -m devicekit simulate --devices 2 -- ...` started five ways: by torchrun, by
+torch.distributed.launch, as one process, by its own mp.spawn, and by Ascend's
+RANK_ID/RANK_SIZE shell loop. HCCL_*
 variables are set in every run's environment, as Ascend's launch scripts set them.
 
-The four runs start together in one module fixture (each costs about 10-20 s of CPU on 2
+The five runs start together in one module fixture (each costs about 10-20 s of CPU on 2
 cores: every process imports torch) and the tests read what they left.
 """
 
@@ -23,7 +24,7 @@ from support.processes import Processes, describe
 pytestmark = pytest.mark.slow
 
 SCRIPT = str(TESTS / "npu_standin" / "ascend_ddp.py")
-TIMEOUT_S = 300  # all four runs together, the first build of the stand-in's extension included
+TIMEOUT_S = 300  # all five runs together, the first build of the stand-in's extension included
 HCCL = {"HCCL_CONNECT_TIMEOUT": "1200", "HCCL_EXEC_TIMEOUT": "1800", "HCCL_BUFFSIZE": "200"}
 # Ascend's run_8p.sh: one rank per NPU, started in the background, RANK_ID/RANK_SIZE set.
 SHELL_LOOP = """
@@ -34,7 +35,7 @@ for ((RANK_ID = 0; RANK_ID < RANK_SIZE; RANK_ID++)); do
 done
 wait
 """
-TWO_RANKS = ("torchrun", "spawn", "shell_loop")
+TWO_RANKS = ("torchrun", "launch", "spawn", "shell_loop")
 MODES = ("single", *TWO_RANKS)
 
 
@@ -51,6 +52,9 @@ def _command(mode, output):
     if mode == "torchrun":
         argv = ["torchrun", "--standalone", "--nproc-per-node", "2", SCRIPT]
         return [*argv, "--output", output], {}
+    if mode == "launch":  # torch.distributed.launch: --local-rank=N after the script's own
+        launch = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "2"]
+        return [*launch, "--master-port", _free_port(), SCRIPT, "--output", output], {}
     if mode == "single":
         return [sys.executable, SCRIPT, "--output", output], {}
     if mode == "spawn":
@@ -86,7 +90,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """{mode: Run} of SCRIPT run each way, all four at once; each must exit 0."""
+    """{mode: Run} of SCRIPT run each way, all at once; each must exit 0."""
     root = tmp_path_factory.mktemp("ascend_ddp")
     base = {key: value for key, value in clean_environ().items() if not key.startswith("HCCL_")}
     base.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **HCCL)
@@ -138,7 +142,8 @@ def test_a_torch_npu_name_the_stand_in_lacks_is_absent_and_says_so(runs, mode):
 
 def test_every_two_rank_launch_ends_with_the_same_weights_bitwise(runs):
     """Same seed, same global batch at each step (the sampler's seeded shuffle, split
-    between 2 ranks): torchrun, mp.spawn and the shell loop save identical checkpoints."""
+    between 2 ranks): torchrun, torch.distributed.launch, mp.spawn and the shell loop save
+    identical checkpoints."""
     reference = runs["torchrun"].weights()
     assert sorted(reference) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     for mode in TWO_RANKS[1:]:

@@ -9,6 +9,7 @@ when any rank saw a wrong result.
 import argparse
 import dataclasses
 import json
+import os
 import socket
 import sys
 import time
@@ -20,7 +21,7 @@ import torch.distributed as dist
 import devicekit
 from devicekit import runtime
 from devicekit.distributed import timeout_seconds
-from devicekit.environments import LaunchContext, LaunchOptions, launcher_of
+from devicekit.environments import LaunchContext, LaunchOptions, detect, launcher_of
 from devicekit.errors import UsageError
 
 EXIT_DISAGREE = 1
@@ -182,6 +183,17 @@ def _rank_main(local_rank: int, args: argparse.Namespace) -> None:
         sys.exit(EXIT_DISAGREE)
 
 
+def _started_by(args: argparse.Namespace) -> str:
+    """Which launcher started this process, with the variables that say so."""
+    env = detect(LaunchOptions(), os.environ)
+    if not env.started_by_launcher:
+        return f"a launcher started this one (--local-rank {args.local_rank})"
+    shown = ", ".join(
+        f"{name}={os.environ[name]}" for name in env.variables[:2] if name in os.environ
+    )
+    return f"{env.name} started this one ({shown})"
+
+
 def main(args: argparse.Namespace) -> int:
     """Entry point for `devicekit check` with parsed `args`; returns the exit code."""
     options = LaunchOptions(
@@ -201,7 +213,8 @@ def main(args: argparse.Namespace) -> int:
         if args.nproc_per_node is not None:
             raise UsageError(
                 "--nproc-per-node is for starting ranks without a launcher; "
-                "this process was started by one: drop --nproc-per-node"
+                f"{_started_by(args)}: drop --nproc-per-node (the launcher decides how many "
+                "ranks a node runs)"
             )
         options = dataclasses.replace(options, multiprocessing_distributed=False)
     elif devicekit.nprocs_per_node(options=options) < 2:

@@ -276,10 +276,11 @@ class _Stopped(BaseException):
 
 @contextlib.contextmanager
 def _stop_signals_raise() -> Iterator[None]:
-    """While a file is written, SIGTERM and SIGHUP (how launchers stop ranks, the terminal
-    closing), whose default action ends the process on the spot, raise instead, so that the
-    temporary file is removed; then the signal is given again with its default action, and
-    the process ends as it would have. A handler of the script's own stays as it is."""
+    """While a file is written, SIGTERM, SIGHUP and SIGUSR1 (how launchers stop ranks, the
+    terminal closing, Slurm's `scancel --signal=USR1`), whose default action ends the
+    process on the spot, raise instead, so that the temporary file is removed; then the
+    signal is given again with its default action, and the process ends as it would have.
+    A handler of the script's own stays as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread can set handlers (and runs them)
         return
@@ -292,7 +293,7 @@ def _stop_signals_raise() -> Iterator[None]:
 
     previous = {
         signum: signal.signal(signum, stop)
-        for signum in (signal.SIGTERM, signal.SIGHUP)
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
         if signal.getsignal(signum) is signal.SIG_DFL
     }
     try:

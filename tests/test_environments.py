@@ -466,6 +466,7 @@ SLURM_DAEMON = {
     "SLURM_LOCALID": "0",
     "SLURM_NODEID": "1",
     "SLURM_JOB_ID": "81",
+    "SLURM_STEP_ID": "0",
     "SLURM_JOB_NODELIST": "n[1-2]",
 }
 
@@ -533,6 +534,46 @@ def test_the_reference_multi_node_idiom_under_srun_is_refused_with_the_way_that_
         "launch/run_8p.sh in one task per node"
     )
     assert resolve(one_task_per_node).world_size == 2  # without the flag: a run of 2 tasks
+
+
+# What sbatch's batch script of `sbatch -N 2 --ntasks-per-node 8` sees: task 0's numbers,
+# but no step (real Slurm 22.05, tests/test_slurm.py runs it).
+SLURM_BATCH_SCRIPT = {
+    key: value for key, value in SLURM_2X8.items() if not key.startswith("SLURM_STEP")
+} | {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+
+
+def test_python_in_sbatchs_batch_script_is_refused_at_once_instead_of_waiting_for_peers():
+    with pytest.raises(UsageError) as refused:
+        resolve(SLURM_BATCH_SCRIPT)
+    assert str(refused.value) == (
+        "this is sbatch's batch script, not one of srun's tasks (SLURM_NTASKS=16 but no "
+        "SLURM_STEP_ID): start the ranks with srun (srun python SCRIPT), or run "
+        "launch/run_8p.sh in one task per node"
+    )
+    # run_8p.sh (or torchrun) in the batch script: its own variables win, as they must
+    ctx = resolve(
+        dict(SLURM_BATCH_SCRIPT, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
+        | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    )
+    assert (ctx.mode, ctx.rank) == ("env", 1)
+
+
+@pytest.mark.parametrize(
+    "environ, variable",
+    [
+        (SLURM_2X8, "SLURM_RESTART_COUNT"),
+        (TORCHRUN_2X8, "TORCHELASTIC_RESTART_COUNT"),
+    ],
+)
+def test_a_restarted_run_says_which_restart_it_is(environ, variable):
+    assert resolve(environ).restarts == 0
+    assert ", restart" not in resolve(environ).describe()
+    ctx = resolve(dict(environ, **{variable: "2"}))
+    assert ctx.restarts == 2
+    assert ctx.describe().endswith(", restart 2")
+    with pytest.raises(UsageError, match=f"^{variable}='x' is not an integer"):
+        resolve(dict(environ, **{variable: "x"}))
 
 
 def test_slurm_master_variables_win():

@@ -236,6 +236,7 @@ def launcher_runs(draw, launcher: str):
             ): layout,
             "SLURM_JOB_NODELIST": f"node[1-{nnodes}]",
             "SLURM_JOB_ID": str(draw(st.integers(1, 10**8))),
+            "SLURM_STEP_ID": "0",
         }
         expected = (launcher, rank, local, world, nproc, node, nnodes) if world > 1 else None
     elif launcher == "spawn":

@@ -37,6 +37,9 @@ class LaunchContext:
     """The devices of the node's processes, in local-rank order, when given (`--device-list`)."""
     launcher_store: bool = False
     """Whether the ranks join the store the launcher's agent serves (env://)."""
+    restarts: int = 0
+    """How many times the launcher restarted the run before this attempt (torchrun's
+    TORCHELASTIC_RESTART_COUNT, Slurm's SLURM_RESTART_COUNT after a requeue)."""
 
     @property
     def distributed(self) -> bool:
@@ -72,4 +75,5 @@ class LaunchContext:
             f"{self.mode}: rank {self.rank}/{self.world_size}, local rank "
             f"{self.local_rank}/{self.local_world_size}, node {self.node_rank}/{self.nnodes}, "
             f"master {self.master_addr}:{self.master_port}"
+            + (f", restart {self.restarts}" if self.restarts else "")
         )

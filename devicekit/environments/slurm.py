@@ -8,6 +8,12 @@ MASTER_ADDR (or --addr/--dist-url) says otherwise, node 0 is the first host of
 SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), and the port, unless MASTER_PORT (or
 --port), is 15000 + the last four digits of SLURM_JOB_ID, as Lightning derives it, so
 every task agrees without talking. The ranks meet in devicekit's rendezvous.
+
+sbatch's batch script also carries SLURM_PROCID=0 and SLURM_NTASKS, but no SLURM_STEP_ID
+(only srun's tasks are a step): a script that starts Python there without srun is refused
+at once, where it would wait for peers that never come. A requeued job (preemption,
+`scontrol requeue`) runs again under the same job id with SLURM_RESTART_COUNT set, which
+the context reports as its restart.
 """
 
 import re
@@ -107,6 +113,8 @@ class Slurm(LaunchEnvironment):
         *_LAYOUT_VARIABLES,
         *_NODE_LISTS,
         "SLURM_JOB_ID",
+        "SLURM_STEP_ID",
+        "SLURM_RESTART_COUNT",
         "MASTER_ADDR",
         "MASTER_PORT",
     )
@@ -124,9 +132,16 @@ class Slurm(LaunchEnvironment):
                 "SLURM_NTASKS": 1,
                 "SLURM_LOCALID": 0,
                 "SLURM_NODEID": 0,
+                "SLURM_RESTART_COUNT": 0,
                 "MASTER_PORT": PORT,
             },
         )
+        if "SLURM_JOB_ID" in environ and "SLURM_STEP_ID" not in environ:
+            raise UsageError(
+                f"this is sbatch's batch script, not one of srun's tasks (SLURM_NTASKS="
+                f"{environ['SLURM_NTASKS']} but no SLURM_STEP_ID): start the ranks with srun "
+                "(srun python SCRIPT), or run launch/run_8p.sh in one task per node"
+            )
         rank, world_size, local_rank = (
             require(values, name, _FIX)
             for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
@@ -179,11 +194,6 @@ class Slurm(LaunchEnvironment):
                 f"SLURM_NODEID={node_rank} is not below the {nnodes} node(s) that {told}"
             )
         local_world_size = _tasks_of(runs, node_rank)
-        if local_rank >= local_world_size:
-            raise UsageError(
-                f"SLURM_LOCALID={local_rank} is not below the {local_world_size} "
-                f"task(s) of node {node_rank}"
-            )
         addr, port = master(options, environ, nnodes, job_port(environ), lambda: _node0(environ))
         ctx = LaunchContext(
             self.name,
@@ -196,5 +206,6 @@ class Slurm(LaunchEnvironment):
             addr,
             port,
             local_rank,
+            restarts=values.get("SLURM_RESTART_COUNT", 0),
         )
         return check_device(ctx, kind, "SLURM_LOCALID")

@@ -67,6 +67,7 @@ def rank_variables_context(
             "GROUP_RANK": 0,
             "NODE_RANK": 0,
             "MASTER_PORT": PORT,
+            "TORCHELASTIC_RESTART_COUNT": 0,
         },
     )
     rank = require(values, "RANK", _FIX)
@@ -115,6 +116,7 @@ def rank_variables_context(
         values["MASTER_PORT"],
         listed_device(options, local_rank, "LOCAL_RANK"),
         launcher_store=launcher_store,
+        restarts=values.get("TORCHELASTIC_RESTART_COUNT", 0),
     )
     return check_device(
         ctx, kind, "LOCAL_RANK" if not options.device_list else options.name("device_list")
@@ -123,7 +125,7 @@ def rank_variables_context(
 
 class Torchrun(LaunchEnvironment):
     name = "torchrun"
-    variables = RANK_VARIABLES + ("TORCHELASTIC_RUN_ID",)
+    variables = RANK_VARIABLES + ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
 
     def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return has_rank_variables(environ) and "TORCHELASTIC_RUN_ID" in environ

@@ -10,6 +10,9 @@ fired before, in a run that has since been restarted, and nothing happens) and t
 
     FAULT_KIND=kill   sends itself SIGKILL (a crash no Python code sees), or
     FAULT_KIND=raise  raises RuntimeError("injected fault") (an ordinary Python error).
+    FAULT_KIND=pause  waits there, mid-step, for a signal (a scheduler's requeue or
+                      scancel) to end it; FAULT_PAUSE_S (default 120) bounds the wait, after
+                      which it raises.
 
 With FAULT_KIND=kill-in-save, torch.distributed.checkpoint's file-system writer is wrapped
 instead: in rank FAULT_RANK, the FAULT_AT_SAVE-th save of a checkpoint folder writes this
@@ -50,6 +53,11 @@ def _fault_now(rank, step):
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+    if _KIND == "pause":
+        import time
+
+        time.sleep(float(os.environ.get("FAULT_PAUSE_S", "120")))
+        raise RuntimeError("injected pause: no signal came")
     raise RuntimeError("injected fault")
 
 
@@ -129,7 +137,7 @@ class _PatchOnImport:
 
 
 if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-    if _KIND in ("kill", "raise"):
+    if _KIND in ("kill", "raise", "pause"):
         sys.meta_path.insert(0, _PatchOnImport("trainer.loop", _patch_loop))
     elif _KIND == "kill-in-save":
         sys.meta_path.insert(

@@ -1,0 +1,262 @@
+"""A real Slurm cluster for the tests: munged, slurmctld and two slurmd (Slurm's
+multiple-slurmd mode: nodes n1 and n2 on one machine) on loopback, with a configuration of
+its own, started for a module and stopped at its end with nothing left running.
+
+    with SlurmCluster.started() as cluster:        # skips (fails in CI) without Slurm or root
+        job = cluster.sbatch(["-n2"], script_path, args, env, cwd)
+        cluster.wait_for(job, 120)                 # "COMPLETED", polled with a bound
+
+Every command a test runs (srun, sbatch, scontrol, scancel) gets the cluster's SLURM_CONF
+through `cluster.env(base)`. The daemons run as root without systemd or cgroups
+(proctrack/linuxproc, task/none), and each node claims 8 CPUs (config_overrides) so that
+several 2-rank jobs run at once on a 2-core machine. A requeued job comes back after
+`scontrol update JobId=J StartTime=now` instead of Slurm's two-minute hold.
+"""
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from support.npu_wheel import skip_or_fail
+
+COMMANDS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "scancel", "squeue")
+NODES = ("n1", "n2")
+CPUS_PER_NODE = 8
+KILL_WAIT_S = 5  # Slurm's KillWait: SIGTERM, then SIGKILL this long after
+START_BOUND_S = 30
+COMMAND_TIMEOUT_S = 30
+FINISHED = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+)
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def missing():
+    """Why this machine cannot run the cluster (a missing command, not root), or None."""
+    absent = [name for name in COMMANDS if shutil.which(name) is None]
+    if absent:
+        return (
+            f"Slurm is not installed ({', '.join(absent)} missing): apt-get install "
+            "--no-install-recommends slurm-wlm munge"
+        )
+    if os.geteuid() != 0:
+        return "the test cluster's daemons run as root (SlurmUser=root)"
+    return None
+
+
+def _config(folder, ctld_port, node_ports):
+    host = socket.gethostname()
+    nodes = "\n".join(
+        f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
+        f"CPUs={CPUS_PER_NODE} State=UNKNOWN"
+        for name, port in zip(NODES, node_ports, strict=True)
+    )
+    return f"""\
+ClusterName=devicekit
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={folder}/munge/munge.sock
+StateSaveLocation={folder}/state
+SlurmdSpoolDir={folder}/spool/%n
+SlurmctldPidFile={folder}/run/slurmctld.pid
+SlurmdPidFile={folder}/run/slurmd-%n.pid
+SlurmctldLogFile={folder}/log/slurmctld.log
+SlurmdLogFile={folder}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+EnforcePartLimits=ALL
+ReturnToService=2
+JobRequeue=0
+MpiDefault=none
+KillWait={KILL_WAIT_S}
+InactiveLimit=0
+MinJobAge=600
+MailProg=/bin/true
+{nodes}
+PartitionName=main Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class SlurmCluster:
+    """munged, slurmctld and one slurmd per node, in a fresh folder under /tmp (munged
+    wants every folder above its socket world-searchable, which pytest's tmp_path is not)."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix="devicekit-slurm-"))
+        self.folder.chmod(0o755)
+        self.conf = self.folder / "slurm.conf"
+        self._daemons = []
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls):
+        """A running cluster for the block; skipped (failed in CI) where there is none."""
+        reason = missing()
+        if reason:
+            skip_or_fail(reason)
+        cluster = cls()
+        try:
+            cluster._start()
+            yield cluster
+        finally:
+            cluster._stop()
+
+    def env(self, base):
+        """`base` (a child's environment) with this cluster's SLURM_CONF."""
+        return dict(base, SLURM_CONF=str(self.conf))
+
+    def _daemon(self, name, argv):
+        log = open(self.folder / "log" / f"{name}.out", "w")
+        env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(self.conf)}
+        self._daemons.append(
+            (
+                name,
+                subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                ),
+            )
+        )
+        log.close()
+
+    def _start(self):
+        folder = self.folder
+        for sub in ("munge", "state", "run", "log", *(f"spool/{node}" for node in NODES)):
+            (folder / sub).mkdir(parents=True)
+        (folder / "munge").chmod(0o755)
+        key = folder / "munge" / "munge.key"
+        key.write_bytes(os.urandom(128))
+        key.chmod(0o400)
+        ctld_port, *node_ports = _free_ports(1 + len(NODES))
+        self.conf.write_text(_config(folder, ctld_port, node_ports))
+        munge = folder / "munge"
+        self._daemon(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                f"--key-file={munge}/munge.key",
+                f"--socket={munge}/munge.sock",
+                f"--pid-file={munge}/munged.pid",
+                f"--seed-file={munge}/munged.seed",
+                f"--log-file={munge}/munged.log",
+            ],
+        )
+        self._until(lambda: (munge / "munge.sock").exists(), "munged's socket")
+        self._daemon("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
+        for node in NODES:
+            self._daemon(f"slurmd-{node}", ["slurmd", "-D", "-f", str(self.conf), "-N", node])
+        self._until(
+            lambda: self.run(["sinfo", "-h", "-o", "%T"], check=False).stdout.split() == ["idle"],
+            "both nodes idle",
+        )
+
+    def _until(self, ready, what):
+        deadline = time.monotonic() + START_BOUND_S
+        while not ready():
+            for name, proc in self._daemons:
+                if proc.poll() is not None:
+                    pytest.fail(f"{name} exited with {proc.returncode}\n{self.logs()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what}: not within {START_BOUND_S} s\n{self.logs()}")
+            time.sleep(0.1)
+
+    def logs(self):
+        """The daemons' logs, for a failure message."""
+        texts = []
+        for path in sorted((self.folder / "log").glob("*")):
+            texts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(texts)
+
+    def _stop(self):
+        if any(name == "slurmctld" for name, _ in self._daemons):
+            self.run(["scontrol", "shutdown"], check=False)
+        for _, proc in reversed(self._daemons):
+            if proc.poll() is None and proc.args[0] == "munged":
+                proc.terminate()
+            try:
+                proc.wait(timeout=COMMAND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def run(self, argv, check=True, env=None):
+        """A Slurm command (scontrol, sinfo, ...) run to its end, with a timeout."""
+        result = subprocess.run(
+            [str(a) for a in argv],
+            env=self.env(env or {"PATH": os.environ["PATH"]}),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if check and result.returncode:
+            pytest.fail(f"{argv} exited {result.returncode}: {result.stderr}")
+        return result
+
+    def sbatch(self, options, script, args, env, cwd):
+        """Submit `script ARGS` with sbatch's `options` (they win over the script's #SBATCH
+        lines); its job id."""
+        result = subprocess.run(
+            ["sbatch", "--parsable", *map(str, options), str(script), *map(str, args)],
+            env=self.env(env),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if result.returncode:
+            pytest.fail(f"sbatch exited {result.returncode}: {result.stderr}")
+        return int(result.stdout.strip().split(";")[0])
+
+    def job(self, job_id):
+        """`scontrol show job`'s fields of `job_id` (JobState, ExitCode, Restarts, ...)."""
+        text = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
+        return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+    def wait_for(self, job_id, timeout, states=FINISHED):
+        """Poll until the job's state is one of `states`; its fields."""
+        deadline = time.monotonic() + timeout
+        while True:
+            fields = self.job(job_id)
+            if fields["JobState"] in states:
+                return fields
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"job {job_id} still {fields['JobState']} after {timeout} s\n{self.logs()}"
+                )
+            time.sleep(0.1)

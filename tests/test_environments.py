@@ -449,6 +449,31 @@ MPICH_2X8 = {
 }
 
 
+@pytest.mark.parametrize(
+    "environ, says",
+    [
+        (
+            OPEN_MPI_2X8,
+            "mpirun started 8 ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE=8) but only 4 npu "
+            "device(s) are visible (ASCEND_RT_VISIBLE_DEVICES unset): start one rank per "
+            "device, at most 4 per node (mpirun -np 4, or -N 4 on several nodes)",
+        ),
+        (
+            MPICH_2X8,
+            "mpiexec started 8 ranks on this node (MPI_LOCALNRANKS=8) but only 4 npu device(s) "
+            "are visible (ASCEND_RT_VISIBLE_DEVICES unset): start one rank per device, at most "
+            "4 per node (mpiexec -n 4, or -ppn 4 on several nodes)",
+        ),
+    ],
+)
+def test_more_mpi_ranks_on_a_node_than_devices_are_refused_by_every_rank(environ, says):
+    # Local rank 3 has a device of its own and still refuses: MPICH would leave it waiting
+    # for the ranks that cannot run.
+    with pytest.raises(UsageError) as refused:
+        resolve(environ, kind=FakeAccelerator(4))
+    assert str(refused.value) == says
+
+
 @pytest.mark.parametrize("environ, mode", [(OPEN_MPI_2X8, "mpi"), (MPICH_2X8, "mpich")])
 def test_mpi_two_nodes(environ, mode):
     with pytest.raises(UsageError, match="2-node run needs the address of node 0: set MASTER_ADDR"):

@@ -12,6 +12,7 @@ class Mpich(MpiEnvironment):
     name = "mpich"
     names = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
     variables = (*names, "MASTER_ADDR", "MASTER_PORT")
+    launcher, count_flag, per_node_flag = "mpiexec", "-n", "-ppn"
 
     def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
         return super().detect(environ, options) and "MPI_LOCALRANKID" in environ

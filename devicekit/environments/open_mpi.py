@@ -13,3 +13,4 @@ class OpenMpi(MpiEnvironment):
         "OMPI_COMM_WORLD_LOCAL_SIZE",
     )
     variables = (*names, "MASTER_ADDR", "MASTER_PORT")
+    launcher, count_flag, per_node_flag = "mpirun", "-np", "-N"

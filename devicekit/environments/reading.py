@@ -154,23 +154,25 @@ def check_device(ctx: LaunchContext, kind: DeviceKind | None, source: str) -> La
         return ctx
     count = kind.device_count()
     if ctx.device_index >= count:
-        var = kind.visible_devices_env
-        if var is None:  # a kind of the user's own may have no visible-devices variable
-            shown = ""
-        elif var in os.environ:
-            shown = f" ({var}={os.environ[var]!r})"
-        else:
-            shown = f" ({var} unset)"
         name = (
             f"{source} {ctx.device_index}"
             if source.startswith("--")
             else f"{source}={ctx.device_index!r}"
         )
         raise UsageError(
-            f"{name} but only {count} {kind.name} device(s) are visible{shown}: "
+            f"{name} but only {count} {kind.name} device(s) are visible{visible_note(kind)}: "
             f"use an index below {count}"
         )
     return ctx
+
+
+def visible_note(kind: DeviceKind) -> str:
+    """What narrowed the visible devices of `kind`, for a message: " (VAR='0,1')",
+    " (VAR unset)", or "" for a kind of the user's own without such a variable."""
+    var = kind.visible_devices_env
+    if var is None:
+        return ""
+    return f" ({var}={os.environ[var]!r})" if var in os.environ else f" ({var} unset)"
 
 
 def check_below(name: str, value: int, limit_name: str, limit: int, explain: str = "") -> None:

@@ -29,6 +29,15 @@ own); `start()` starts them under tests/support/processes.py. The launchers:
     nodes         one process per rank, each its own one-rank node (LOCAL_RANK 0,
                       LOCAL_WORLD_SIZE 1, GROUP_RANK R)
     ascend        one process per rank with Ascend's RANK_ID, RANK_SIZE, MASTER_ADDR, MASTER_PORT
+    openmpi       mpirun.openmpi -np N --oversubscribe PROGRAM ARGS (Open MPI), with
+                      MASTER_PORT=FREE and OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 (root may run it)
+    mpich         mpiexec.mpich -n N PROGRAM ARGS (MPICH's Hydra), with MASTER_PORT=FREE
+    deepspeed     deepspeed --num_gpus N --master_port FREE PROGRAM ARGS (DeepSpeed's launcher;
+                      on a CPU machine it starts N ranks too, and inserts --local_rank=R
+                      before the program's arguments)
+
+The MPI launchers are called by their implementations' own names: plain `mpirun` and
+`mpiexec` are whichever the alternatives system chose (Open MPI where both are installed).
 """
 
 import sys
@@ -41,6 +50,7 @@ from conftest import clean_environ
 PY = sys.executable
 RUN_8P = "launch/run_8p.sh"  # relative to the repository, where children start
 PER_RANK = ("env", "env-legacy-local-rank", "nodes", "ascend")  # one process per rank
+MPI = {"openmpi": "mpirun.openmpi", "mpich": "mpiexec.mpich"}  # launcher: its command
 
 # run_8p.sh's own knobs: none may leak in from the test's own environment (nor a fault
 # injection's FAULT_* settings, see tests/fault_injection).
@@ -145,8 +155,8 @@ def commands(launcher, program, args, nproc, directory, *, name=None, port=None,
     """The processes that start `program` (a Program, or the path of a script) with `args`
     the way `launcher` does with `nproc` ranks. `directory`: the run's folder (run_8p.sh's
     logs go to its logs/); `name`: the process's name, or the ranks' name before their
-    number (default the launcher's); `port`: the master port of the per-rank launchers
-    (default a free one); `launcher_args`: torchrun's own options (--max-restarts 1)."""
+    number (default the launcher's); `port`: the master port of the per-rank and MPI
+    launchers (default a free one); `launcher_args`: torchrun's own options (--max-restarts 1)."""
     if not isinstance(program, Program):
         program = script(program)
     args = [str(arg) for arg in args]
@@ -171,6 +181,21 @@ def commands(launcher, program, args, nproc, directory, *, name=None, port=None,
     if launcher == "single":
         assert nproc in (None, 1), nproc
         return [Command(name, program.argv(*args), {})]
+    if launcher in MPI:
+        # Each rank reads its launcher's own variables (OMPI_COMM_WORLD_*, PMI_*/MPI_LOCAL*)
+        # and meets the others in devicekit's rendezvous, at 29500 unless MASTER_PORT says
+        # otherwise: a free one, so that runs side by side never meet. Both launchers pass
+        # their environment on to the ranks they start on this machine.
+        env = {"MASTER_PORT": str(_free_port() if port is None else port)}
+        if launcher == "openmpi":
+            argv = [MPI[launcher], "-np", str(nproc), "--oversubscribe"]
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        else:  # MPICH starts more ranks than cores without being asked
+            argv = [MPI[launcher], "-n", str(nproc)]
+        return [Command(name, [*argv, *program.argv(*args)], env)]
+    if launcher == "deepspeed":
+        argv = ["deepspeed", "--num_gpus", str(nproc), "--master_port", str(_free_port())]
+        return [Command(name, [*argv, *program.target, *args], {})]
     if launcher == "run_8p":
         env = {"NPROC_PER_NODE": str(nproc), "LOG_DIR": str(log_dir(directory)), "PYTHON": PY}
         if program.target != MAIN.target:  # main.py is the script's default

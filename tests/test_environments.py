@@ -561,6 +561,19 @@ def test_the_reference_multi_node_idiom_under_srun_is_refused_with_the_way_that_
     assert resolve(one_task_per_node).world_size == 2  # without the flag: a run of 2 tasks
 
 
+def test_more_srun_tasks_on_a_node_than_devices_are_refused_by_every_task():
+    # srun --gpus-per-task=1 (each task sees one device) or too many tasks: task 0, which has
+    # a device, refuses too, instead of waiting for the tasks that cannot run.
+    with pytest.raises(UsageError) as refused:
+        resolve(dict(SLURM_2X8, SLURM_PROCID="8", SLURM_LOCALID="0"), kind=FakeAccelerator(1))
+    assert str(refused.value) == (
+        "srun started 8 tasks on this node (SLURM_STEP_TASKS_PER_NODE='8(x2)') but only 1 "
+        "npu device(s) are visible (ASCEND_RT_VISIBLE_DEVICES unset): start one task per "
+        "device, at most 1 per node (srun --ntasks-per-node=1), each task seeing all of the "
+        "node's devices"
+    )
+
+
 # What sbatch's batch script of `sbatch -N 2 --ntasks-per-node 8` sees: task 0's numbers,
 # but no step (real Slurm 22.05, tests/test_slurm.py runs it).
 SLURM_BATCH_SCRIPT = {

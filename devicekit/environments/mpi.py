@@ -16,14 +16,13 @@ from devicekit.environments.options import LaunchOptions
 from devicekit.environments.reading import (
     DEFAULT_PORT,
     check_device,
+    check_node_fits,
     check_ranks,
     count,
     master,
     read_numbers,
     require,
-    visible_note,
 )
-from devicekit.errors import UsageError
 from devicekit.kinds.base import DeviceKind
 
 
@@ -54,7 +53,18 @@ class MpiEnvironment(LaunchEnvironment):
             local_world_size,
             (rank_var, size_var, local_var, local_size_var),
         )
-        self._check_node_fits(kind, local_world_size, values)
+        told = local_size_var if local_size_var in values else size_var
+        check_node_fits(
+            kind,
+            local_world_size,
+            f"{self.launcher} started {local_world_size} ranks on this node ({told}="
+            f"{values[told]})",
+            lambda devices: (
+                f"start one rank per device, at most {devices} per node ({self.launcher} "
+                f"{self.count_flag} {devices}, or {self.per_node_flag} {devices} on several "
+                "nodes)"
+            ),
+        )
         nnodes = world_size // local_world_size
         addr, port = master(options, environ, nnodes, DEFAULT_PORT)
         ctx = LaunchContext(
@@ -70,23 +80,3 @@ class MpiEnvironment(LaunchEnvironment):
             local_rank,
         )
         return check_device(ctx, kind, local_var)
-
-    def _check_node_fits(
-        self, kind: DeviceKind | None, local_world_size: int, values: Mapping[str, int]
-    ) -> None:
-        """UsageError in every rank when the launcher started more ranks on this node than
-        it has visible devices."""
-        if kind is None or not kind.is_accelerator:
-            return
-        devices = kind.device_count()
-        if not 0 < devices < local_world_size:
-            return  # fits; no device at all is check_device's to report
-        size_var, local_size_var = self.names[1], self.names[3]
-        told = local_size_var if local_size_var in values else size_var
-        raise UsageError(
-            f"{self.launcher} started {local_world_size} ranks on this node ({told}="
-            f"{local_world_size}) but only {devices} {kind.name} device(s) are visible"
-            f"{visible_note(kind)}: start one rank per device, at most {devices} per node "
-            f"({self.launcher} {self.count_flag} {devices}, or {self.per_node_flag} {devices} "
-            "on several nodes)"
-        )

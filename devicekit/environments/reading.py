@@ -175,6 +175,23 @@ def visible_note(kind: DeviceKind) -> str:
     return f" ({var}={os.environ[var]!r})" if var in os.environ else f" ({var} unset)"
 
 
+def check_node_fits(
+    kind: DeviceKind | None, ranks: int, started: str, fix: Callable[[int], str]
+) -> None:
+    """UsageError when the launcher started more ranks on this node than it has visible
+    devices, raised by every rank alike (a launcher that lets the others run on would leave
+    them waiting for the ranks that refused). `started` says how many, naming the
+    launcher's variable; `fix(devices)` what to start instead."""
+    if kind is None or not kind.is_accelerator:
+        return
+    devices = kind.device_count()
+    if 0 < devices < ranks:  # no device at all is check_device's to report
+        raise UsageError(
+            f"{started} but only {devices} {kind.name} device(s) are visible"
+            f"{visible_note(kind)}: {fix(devices)}"
+        )
+
+
 def check_below(name: str, value: int, limit_name: str, limit: int, explain: str = "") -> None:
     """UsageError unless `value` < `limit`."""
     if value >= limit:

@@ -11,9 +11,10 @@ every task agrees without talking. The ranks meet in devicekit's rendezvous.
 
 sbatch's batch script also carries SLURM_PROCID=0 and SLURM_NTASKS, but no SLURM_STEP_ID
 (only srun's tasks are a step): a script that starts Python there without srun is refused
-at once, where it would wait for peers that never come. A requeued job (preemption,
-`scontrol requeue`) runs again under the same job id with SLURM_RESTART_COUNT set, which
-the context reports as its restart.
+at once, where it would wait for peers that never come; so are more tasks on a node than
+it has devices, by every task (srun lets the others run on when one fails). A requeued job
+(preemption, `scontrol requeue`) runs again under the same job id with SLURM_RESTART_COUNT
+set, which the context reports as its restart.
 """
 
 import re
@@ -28,6 +29,7 @@ from devicekit.environments.reading import (
     PORT,
     check_below,
     check_device,
+    check_node_fits,
     count,
     master,
     read_numbers,
@@ -194,6 +196,16 @@ class Slurm(LaunchEnvironment):
                 f"SLURM_NODEID={node_rank} is not below the {nnodes} node(s) that {told}"
             )
         local_world_size = _tasks_of(runs, node_rank)
+        check_node_fits(
+            kind,
+            local_world_size,
+            f"srun started {local_world_size} tasks on this node "
+            f"({layout_shown or f'SLURM_NTASKS={world_size}'})",
+            lambda devices: (
+                f"start one task per device, at most {devices} per node (srun "
+                f"--ntasks-per-node={devices}), each task seeing all of the node's devices"
+            ),
+        )
         addr, port = master(options, environ, nnodes, job_port(environ), lambda: _node0(environ))
         ctx = LaunchContext(
             self.name,

@@ -32,6 +32,7 @@ CPUS_PER_NODE = 8
 KILL_WAIT_S = 5  # Slurm's KillWait: SIGTERM, then SIGKILL this long after
 START_BOUND_S = 30
 COMMAND_TIMEOUT_S = 30
+LINK = "dkslurm0"  # the veth of _an_address_beside_loopback
 FINISHED = (
     "COMPLETED",
     "FAILED",
@@ -112,6 +113,31 @@ PartitionName=main Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
 """
 
 
+def _ip(*args):
+    return subprocess.run(
+        ["ip", *args], capture_output=True, text=True, check=True, timeout=COMMAND_TIMEOUT_S
+    ).stdout
+
+
+@contextlib.contextmanager
+def _an_address_beside_loopback():
+    """Slurm's daemons bind their ports with getaddrinfo(NULL, PORT, AI_PASSIVE |
+    AI_ADDRCONFIG), which finds no address family where loopback has the only address (the
+    xdist workers' network namespaces, tests/conftest.py): "Unable to bind listen port".
+    There, for the block, a veth pair of this namespace's own gets a private address."""
+    addresses = [line.split()[1] for line in _ip("-4", "-o", "addr", "show").splitlines()]
+    if any(link != "lo" for link in addresses):
+        yield
+        return
+    _ip("link", "add", LINK, "type", "veth", "peer", "name", f"{LINK}p")
+    try:
+        _ip("addr", "add", "10.254.254.1/32", "dev", LINK)
+        _ip("link", "set", LINK, "up")
+        yield
+    finally:
+        _ip("link", "del", LINK)
+
+
 class SlurmCluster:
     """munged, slurmctld and one slurmd per node, in a fresh folder under /tmp (munged
     wants every folder above its socket world-searchable, which pytest's tmp_path is not)."""
@@ -129,12 +155,13 @@ class SlurmCluster:
         reason = missing()
         if reason:
             skip_or_fail(reason)
-        cluster = cls()
-        try:
-            cluster._start()
-            yield cluster
-        finally:
-            cluster._stop()
+        with _an_address_beside_loopback():
+            cluster = cls()
+            try:
+                cluster._start()
+                yield cluster
+            finally:
+                cluster._stop()
 
     def env(self, base):
         """`base` (a child's environment) with this cluster's SLURM_CONF."""

@@ -45,14 +45,13 @@ FINISHED = (
 
 
 def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """`count` different free loopback ports."""
+    from devicekit.environments import find_free_port  # after torch: see tests/conftest.py
+
+    ports = set()
+    while len(ports) < count:
+        ports.add(find_free_port())
+    return list(ports)
 
 
 def missing():

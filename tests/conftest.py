@@ -112,10 +112,13 @@ def _shares_a_run(item):
     return False
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The real multi-process runs first, so that the workers end together on short tests;
     a test that shares a run with others goes with them, any other test to whichever worker
-    is free (setup.cfg: --dist loadgroup --no-loadscope-reorder)."""
+    is free (setup.cfg: --dist loadgroup --no-loadscope-reorder). First among the hooks:
+    xdist reads the xdist_group marks in its own, and a mark added after it splits the group
+    over both workers, each making the shared run."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
         if _shares_a_run(item):

@@ -25,6 +25,11 @@ Processes'):
   with its name, for assertion messages), `proc(name)`.
 - `env(fault, **extra)`: launchers.child_env() plus the marker, and with `fault` the fault
   injector of tests/fault_injection first on PYTHONPATH with its FAULT_* settings.
+- `start_baseline(name, argv, env)`: beside a rank whose wait is bounded, the same command as
+  a rank out of range, which stops where setup begins: its time is what starting Python,
+  torch and the trainer costs under the machine's load of the moment, so a bound on the
+  wait is asserted as `result.seconds - baseline.seconds`, not on a whole run that a loaded
+  CI worker can make three times as long.
 """
 
 import os
@@ -131,6 +136,23 @@ class Tracked(processes.Processes):
         proc = super().start(name, [str(a) for a in argv], env, cwd)
         self._named[name] = proc
         return proc
+
+    def start_baseline(self, name, argv, env):
+        """Start `name`-baseline: `argv` with the rank one past the last (RANK=WORLD_SIZE, or
+        RANK_ID=RANK_SIZE), refused with exit 2 once Python, torch and devicekit are loaded.
+        `baseline(name)` waits for it and returns it: call it before waiting for `name`,
+        since a Finished's seconds run until it is read."""
+        env = dict(env)
+        for rank, size in (("RANK", "WORLD_SIZE"), ("RANK_ID", "RANK_SIZE")):
+            if size in env:
+                env[rank] = env[size]
+        return self.start(f"{name}-baseline", argv, env)
+
+    def baseline(self, name, timeout=60):
+        """The Finished of `name`-baseline, checked to have been refused as out of range."""
+        result, _ = self.wait(f"{name}-baseline", timeout)
+        assert result.returncode == 2 and "is not below" in result.stderr, result
+        return result
 
     def proc(self, name):
         return self._named[name]

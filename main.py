@@ -11,74 +11,73 @@ decision is devicekit's; this file never names a device.
 import devicekit
 
 # isort: split
-import argparse
 import functools
 import math
 import os
 import sys
 import time
-import types
 from typing import Any, NamedTuple
 
 import torch
 
 import models
-from trainer import data, loop, observe, state
-from trainer.batching import split_per_process
-from trainer.loaders import build_loaders, start_epoch
-from trainer.options import launch_options, parse_args
+from trainer import datasets, loop, observe, state
+from trainer.loaders import build_loaders, split_per_process, start_epoch
+from trainer.options import parse_args
+from trainer.options.processes import launch_options
+from trainer.train_config import TrainConfig
 
 
 @devicekit.exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and start one training process per rank."""
-    args = parse_args(argv)
-    options = launch_options(args)
+    config = parse_args(argv)  # every flag, checked
+    options = launch_options(config)
     # The reference's meaning: one process unless --multiprocessing-distributed spawns
     # one per device (a launcher that started this process decides for itself).
-    nprocs = None if args.multiprocessing_distributed else 1
+    nprocs = None if config.multiprocessing_distributed else 1
     # Refuse a bad split here, once, rather than in every rank.
     split_per_process(
-        args.batch_size, args.workers, devicekit.nprocs_per_node(nprocs, options=options)
+        config.batch_size, config.workers, devicekit.nprocs_per_node(nprocs, options=options)
     )
     devicekit.launch(
-        main_worker, args=(args,), nprocs=nprocs, device_type=args.device, options=options
+        main_worker, args=(config,), nprocs=nprocs, device_type=config.device, options=options
     )
     return 0
 
 
-def main_worker(local_rank: int, args: argparse.Namespace) -> None:
+def main_worker(local_rank: int, config: TrainConfig) -> None:
     """Train as one rank: `local_rank` is this process's index on its node."""
     ctx = devicekit.init_distributed(
-        args.dist_backend, timeout=args.dist_timeout, options=launch_options(args)
+        config.dist_backend, timeout=config.dist_timeout, options=launch_options(config)
     )
     try:
-        train(ctx, args)
+        train(ctx, config)
     finally:
         devicekit.destroy_process_group()
 
 
-def train(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> None:
+def train(ctx: devicekit.LaunchContext, config: TrainConfig) -> None:
     """Seed, build and resume this rank, then validate (--evaluate) or train to --epochs."""
-    devicekit.seed_everything(args.seed, ctx.rank)
-    setup = build(ctx, args)
-    position = resume(ctx, args, setup)
+    devicekit.seed_everything(config.seed, ctx.rank)
+    setup = build(ctx, config)
+    position = resume(ctx, config, setup)
     if position is None:
         return
-    if args.evaluate:
+    if config.evaluate:
         validate(setup)
         return
-    if args.profile_steps:
+    if config.profile_steps:
         observe.check_profile_steps(
-            args.profile_steps,
-            (args.epochs - position.epoch) * setup.steps_per_epoch - position.step,
+            config.profile_steps,
+            (config.epochs - position.epoch) * setup.steps_per_epoch - position.step,
         )
     if ctx.is_main:
-        os.makedirs(args.output_dir, exist_ok=True)
-        state.remove_leftovers(args.output_dir)
-    with observe.observing(args, ctx.is_main, setup.steps_per_epoch) as observer:
-        while position.epoch < args.epochs:
-            position = run_epoch(ctx, args, setup, position, observer)
+        os.makedirs(config.output_dir, exist_ok=True)
+        state.remove_leftovers(config.output_dir)
+    with observe.observing(config, ctx.is_main, setup.steps_per_epoch) as observer:
+        while position.epoch < config.epochs:
+            position = run_epoch(ctx, config, setup, position, observer)
     finish(ctx, setup.model)
 
 
@@ -95,42 +94,48 @@ class Setup(NamedTuple):
     val_loader: torch.utils.data.DataLoader
     steps_per_epoch: int  # training steps
     batch_size: int  # per process
-    run: types.SimpleNamespace  # the settings trainer.loop reads
+    run: loop.LoopSettings  # the settings trainer.loop reads
 
 
-def build(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> Setup:
+def build(ctx: devicekit.LaunchContext, config: TrainConfig) -> Setup:
     """Make this rank's model, optimizer, loss scaler, data loaders and LR schedule."""
     device = devicekit.device()
-    batch_size, workers = split_per_process(args.batch_size, args.workers, ctx.local_world_size)
-    amp = devicekit.amp_enabled(args.amp)
+    batch_size, workers = split_per_process(config.batch_size, config.workers, ctx.local_world_size)
+    amp = devicekit.amp_enabled(config.amp)
     channels_last = (
-        devicekit.prefers_channels_last(amp) if args.channels_last is None else args.channels_last
+        devicekit.prefers_channels_last(amp)
+        if config.channels_last is None
+        else config.channels_last
     )
     if ctx.is_main:
-        print_setup(ctx, args, batch_size, workers, amp, channels_last)
-    model, ddp_model = build_model(args, device, channels_last)
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+        print_setup(ctx, config, batch_size, workers, amp, channels_last)
+    model, ddp_model = build_model(config, device, channels_last)
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
     optimizer = torch.optim.SGD(
-        model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay
+        model.parameters(), config.lr, momentum=config.momentum, weight_decay=config.weight_decay
     )
     scaler = devicekit.GradScaler(
-        amp, init_scale=args.loss_scale if isinstance(args.loss_scale, float) else 2.0**16
+        amp, init_scale=config.loss_scale if isinstance(config.loss_scale, float) else 2.0**16
     )
-    train_loader, val_loader, steps = build_data(ctx, args, batch_size, workers)
+    train_loader, val_loader, steps = build_data(ctx, config, batch_size, workers)
     scheduler = state.make_scheduler(
-        optimizer, args.epochs, args.warmup, args.lr_schedule, math.ceil(steps / args.grad_accum)
+        optimizer,
+        config.epochs,
+        config.warmup,
+        config.lr_schedule,
+        math.ceil(steps / config.grad_accum),
     )
-    run = types.SimpleNamespace(
+    run = loop.LoopSettings(
         device=device,
         is_main=ctx.is_main,
         amp=amp,
         channels_last=channels_last,
-        grad_accum=args.grad_accum,
-        clip_grad=args.clip_grad,
-        print_freq=args.print_freq,
-        steps_per_epoch=args.steps_per_epoch,
-        val_steps=args.val_steps,
-        save_every=args.save_every,
+        grad_accum=config.grad_accum,
+        clip_grad=config.clip_grad,
+        print_freq=config.print_freq,
+        steps_per_epoch=config.steps_per_epoch,
+        val_steps=config.val_steps,
+        save_every=config.save_every,
     )
     return Setup(
         model,
@@ -149,7 +154,7 @@ def build(ctx: devicekit.LaunchContext, args: argparse.Namespace) -> Setup:
 
 def print_setup(
     ctx: devicekit.LaunchContext,
-    args: argparse.Namespace,
+    config: TrainConfig,
     batch_size: int,
     workers: int,
     amp: bool,
@@ -163,7 +168,7 @@ def print_setup(
         else f", {torch.get_num_threads()} compute threads per process"
     )
     print(
-        f"=> {args.arch} on {devicekit.device_type()} ({ctx.describe()}), batch "
+        f"=> {config.arch} on {devicekit.device_type()} ({ctx.describe()}), batch "
         f"{batch_size} per process, {workers} loader workers per process, {precision}"
         f"{', channels_last' if channels_last else ''}{threads}",
         flush=True,
@@ -171,16 +176,16 @@ def print_setup(
 
 
 def build_model(
-    args: argparse.Namespace, device: torch.device, channels_last: bool
+    config: TrainConfig, device: torch.device, channels_last: bool
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The model on `device`, and what trains: the same model wrapped for DDP (or sharded
     in place with --shard), and compiled with --compile."""
-    model = models.create(args.arch, num_classes=args.num_classes)
-    if args.pretrained:
-        state.load_pretrained(args.pretrained, model)
+    model = models.create(config.arch, num_classes=config.num_classes)
+    if config.pretrained:
+        state.load_pretrained(config.pretrained, model)
     model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     ddp_model: torch.nn.Module
-    if args.shard:
+    if config.shard:
         # --amp's autocast sets the precision, as under DDP: the shards stay fp32.
         ddp_model = model = devicekit.shard(model, mixed_precision=False)
     else:
@@ -188,33 +193,33 @@ def build_model(
         # only for evaluation and checkpoints, and are broadcast once before each validation
         # instead of before every forward: the same weights, one collective less per step.
         ddp_model = devicekit.wrap_ddp(model, broadcast_buffers=False)
-    if args.compile:
+    if config.compile:
         # torch.compile(module) returns an OptimizedModule, a Module; its stub says Callable.
         ddp_model = torch.compile(ddp_model)  # type: ignore[assignment]
     return model, ddp_model
 
 
 def build_data(
-    ctx: devicekit.LaunchContext, args: argparse.Namespace, batch_size: int, workers: int
+    ctx: devicekit.LaunchContext, config: TrainConfig, batch_size: int, workers: int
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader, int]:
     """(train_loader, val_loader, training steps per epoch) for this rank."""
-    train_set, val_set = data.build_datasets(
-        args.data_dir,
-        args.dummy,
-        args.image_size,
-        args.num_classes,
-        args.seed,
-        crop_scale=args.crop_scale,
-        flip=args.flip,
-        augment=args.augment,
+    train_set, val_set = datasets.build_datasets(
+        config.data_dir,
+        config.dummy,
+        config.image_size,
+        config.num_classes,
+        config.seed,
+        crop_scale=config.crop_scale,
+        flip=config.flip,
+        augment=config.augment,
     )
     train_loader, val_loader = build_loaders(
-        train_set, val_set, batch_size, workers, ctx, args.seed
+        train_set, val_set, batch_size, workers, ctx, config.seed
     )
     steps = (
         len(train_loader)
-        if args.steps_per_epoch is None
-        else min(len(train_loader), args.steps_per_epoch)
+        if config.steps_per_epoch is None
+        else min(len(train_loader), config.steps_per_epoch)
     )
     if steps == 0:  # parse_args checked one node's batch; several nodes need more images
         raise devicekit.UsageError(
@@ -225,16 +230,16 @@ def build_data(
 
 
 def resume(
-    ctx: devicekit.LaunchContext, args: argparse.Namespace, setup: Setup
+    ctx: devicekit.LaunchContext, config: TrainConfig, setup: Setup
 ) -> state.Position | None:
     """Where this rank starts: --start-epoch, or the --resume checkpoint loaded into `setup`
     (None when that run already finished and there is nothing to train)."""
-    position = state.Position(args.start_epoch)
-    resume_from = state.resume_path(args.resume, args.output_dir)
+    position = state.Position(config.start_epoch)
+    resume_from = state.resume_path(config.resume, config.output_dir)
     if not resume_from:
         return position
     position = state.resume(
-        resume_from, args.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
+        resume_from, config.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
     )
     if position.rng_states is not None and len(position.rng_states) == ctx.world_size:
         torch.set_rng_state(position.rng_states[ctx.rank])
@@ -243,11 +248,11 @@ def resume(
             f"=> resumed {resume_from!r} at epoch {position.epoch}, step {position.step}",
             flush=True,
         )
-    if position.epoch >= args.epochs and not args.evaluate:
+    if position.epoch >= config.epochs and not config.evaluate:
         if ctx.is_main:
             print(
                 f"=> nothing to train: the run finished at epoch {position.epoch} of "
-                f"--epochs {args.epochs}",
+                f"--epochs {config.epochs}",
                 flush=True,
             )
         return None
@@ -256,7 +261,7 @@ def resume(
 
 def run_epoch(
     ctx: devicekit.LaunchContext,
-    args: argparse.Namespace,
+    config: TrainConfig,
     setup: Setup,
     start: state.Position,
     observer: observe.Observer,
@@ -278,19 +283,19 @@ def run_epoch(
         setup.run,
         start.step,
         start.totals if start.step else None,
-        functools.partial(save_mid_epoch, ctx, args, setup, start.best_acc1),
+        functools.partial(save_mid_epoch, ctx, config, setup, start.best_acc1),
         observer,
     )
     devicekit.broadcast_buffers(setup.model)  # every rank validates rank 0's model
     validated = validate(setup)
     is_best = validated["acc1"] > start.best_acc1
     end = state.Position(epoch + 1, 0, max(validated["acc1"], start.best_acc1))
-    saved = checkpoint(args, setup, end)  # a sharded model's: every rank gathers its shards
+    saved = checkpoint(config, setup, end)  # a sharded model's: every rank gathers its shards
     if ctx.is_main:
         metrics = epoch_metrics(ctx, epoch, lr, trained, validated, time.time() - started)
-        state.append_metrics(args.output_dir, metrics)
+        state.append_metrics(config.output_dir, metrics)
         observer.epoch_done(epoch, metrics)
-        state.save(args.output_dir, saved, is_best)
+        state.save(config.output_dir, saved, is_best)
     devicekit.barrier()
     return end
 
@@ -305,7 +310,7 @@ def validate(setup: Setup) -> dict[str, float]:
 
 def save_mid_epoch(
     ctx: devicekit.LaunchContext,
-    args: argparse.Namespace,
+    config: TrainConfig,
     setup: Setup,
     best_acc1: float,
     epoch: int,
@@ -316,16 +321,16 @@ def save_mid_epoch(
     resumed run draws what this one would."""
     rng_states = [None] * ctx.world_size
     torch.distributed.all_gather_object(rng_states, torch.get_rng_state())
-    saved = checkpoint(args, setup, state.Position(epoch, step, best_acc1, rng_states, totals))
+    saved = checkpoint(config, setup, state.Position(epoch, step, best_acc1, rng_states, totals))
     if ctx.is_main:
-        state.save(args.output_dir, saved, is_best=False)
+        state.save(config.output_dir, saved, is_best=False)
 
 
-def checkpoint(args: argparse.Namespace, setup: Setup, position: state.Position) -> dict[str, Any]:
+def checkpoint(config: TrainConfig, setup: Setup, position: state.Position) -> dict[str, Any]:
     """The checkpoint dict of this run at `position`; every rank calls it (of a sharded
     model, rank 0 gets the whole state and writes it)."""
     return state.checkpoint_state(
-        position, args.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
+        position, config.arch, setup.model, setup.optimizer, setup.scheduler, setup.scaler
     )
 
 

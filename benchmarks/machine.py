@@ -1,5 +1,5 @@
 """What a benchmark's figures were measured on: the CPU (model, family, the flags that
-decide bf16 speed), cores, Python and torch. Shared by run.py and loader.py."""
+decide bf16 speed), cores, Python and torch. Shared by every benchmark here."""
 
 import os
 import platform

@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-import types
 
 import torch
 
@@ -32,7 +31,8 @@ import plain_ddp
 
 import devicekit
 import models
-from trainer import data, loop, state
+from trainer import loop, state
+from trainer.datasets import build_datasets
 from trainer.loaders import build_loaders
 
 
@@ -48,10 +48,10 @@ def main_side(args, ctx, batch):
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
     scaler = devicekit.GradScaler(args.amp)
-    train_set, val_set = data.build_datasets(None, True, args.image_size, 1000, 0)
+    train_set, val_set = build_datasets(None, True, args.image_size, 1000, 0)
     loader, _ = build_loaders(train_set, val_set, batch, 0, ctx, 0)
     scheduler = state.make_scheduler(optimizer, 90, 0, "step", len(loader))
-    run = types.SimpleNamespace(
+    run = loop.LoopSettings(
         device=device,
         is_main=False,
         amp=args.amp,

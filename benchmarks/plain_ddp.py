@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import models
-from trainer.data import DummyImageNet, normalize
+from trainer.datasets import DummyImageNet
+from trainer.transforms import normalize
 
 
 def options(parser):

@@ -37,7 +37,7 @@ import time
 
 import torch
 from machine import cpu_and_versions
-from run import ROOT, cores
+from process import ROOT, cores
 from stats import alternate_blocks, median_interval, step_timer
 from torch import nn
 

@@ -34,7 +34,7 @@ import sys
 import time
 
 from machine import cpu_and_versions
-from run import PY, ROOT, environ
+from process import PY, ROOT, environ
 from stats import median_interval
 
 EXAMPLES = os.path.join(ROOT, "examples")

@@ -50,7 +50,7 @@ import time
 
 import torch
 from machine import cpu_and_versions
-from run import PY, ROOT, cores, environ, run
+from process import PY, ROOT, cores, environ, run
 from stats import CONFIDENCE, alternate_blocks, median_interval, step_timer
 
 IMPORT = [PY, "-c", "import devicekit"]
@@ -169,7 +169,7 @@ def simulate_startup(cache, pairs):
 
 
 def at_most(low, high, confidence, goal, strict=False):
-    """run.py's verdict words for a goal the figure must not exceed: "met" when the whole
+    """stats.verdict()'s words for a goal the figure must not exceed: "met" when the whole
     interval is at or below it (below it when `strict`), "not met" when it is all above."""
     if confidence < CONFIDENCE:
         return "too few pairs"

@@ -1,7 +1,9 @@
-"""The interval every benchmark here reports for a median, shared by run.py and loader.py."""
+"""The statistics every benchmark here reports: the sign-test interval for a median, blocks
+alternating in one process, and run.py's interleaved rounds with their rows and verdicts."""
 
 import math
 import statistics
+import sys
 import time
 
 CONFIDENCE = 0.95
@@ -53,3 +55,53 @@ def step_timer(step, batches):
         return statistics.median(times)
 
     return block
+
+
+def interleaved(programs, pairs):
+    """Run each program once per round, in order on even rounds and reversed on odd ones;
+    returns {name: [result, ...]}."""
+    names = list(programs)
+    runs = {name: [] for name in names}
+    for round_index in range(pairs):
+        for name in names if round_index % 2 == 0 else names[::-1]:
+            print(f"  round {round_index + 1}/{pairs}: {name}", file=sys.stderr, flush=True)
+            runs[name].append(programs[name]())
+    return runs
+
+
+def verdict(low, high, confidence, goal):
+    """'met', 'not met' or 'inconclusive' for a goal ratio `goal` (None: reported only);
+    'too few pairs' when the interval's confidence is below CONFIDENCE."""
+    if goal is None:
+        return "report"
+    if confidence < CONFIDENCE:
+        return "too few pairs"
+    if low >= goal:
+        return "met"
+    if high < goal:
+        return "not met"
+    return "inconclusive"
+
+
+def ratio_row(runs, baseline, candidate, goal, what):
+    """A row: the paired ratios candidate / baseline, their median and its interval."""
+    base = [r["images_per_sec"] for r in runs[baseline]]
+    cand = [r["images_per_sec"] for r in runs[candidate]]
+    ratios = [c / b for b, c in zip(base, cand, strict=False)]
+    low, high, confidence = median_interval(ratios)
+    return {
+        "what": what,
+        "baseline": baseline,
+        "candidate": candidate,
+        "baseline_img_s": statistics.median(base),
+        "candidate_img_s": statistics.median(cand),
+        "ratio": statistics.median(ratios),
+        "interval": [low, high],
+        "confidence": confidence,
+        "pairs": len(ratios),
+        "goal": None if goal is None else f">= {goal}",
+        "verdict": verdict(low, high, confidence, goal),
+        "baseline_runs": base,
+        "candidate_runs": cand,
+        "ratios": ratios,
+    }

@@ -8,6 +8,7 @@ does; on a CPU the device calls are no-ops and the allocator figures are 0.
 import torch
 
 from devicekit import kinds, runtime
+from devicekit.environments import LaunchContext
 
 _MEMORY_STATISTICS = (
     "memory_allocated",
@@ -28,7 +29,14 @@ def device(index: int | None = None) -> torch.device:
         return kind.device(int(index))
     if runtime.device_bound():
         return kind.device(kind.current_device())
-    return kind.device_for(runtime.context())
+    return device_for(runtime.context())
+
+
+def device_for(ctx: LaunchContext) -> torch.device:
+    """The torch.device the rank described by LaunchContext `ctx` computes on: its device of
+    this process's kind on an accelerator, the kind's device (cpu) otherwise."""
+    kind = runtime.kind()
+    return kind.device(ctx.device_index) if kind.is_accelerator else kind.device()
 
 
 def device_type() -> str:

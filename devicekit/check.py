@@ -21,7 +21,13 @@ import torch.distributed as dist
 import devicekit
 from devicekit import runtime
 from devicekit.distributed import timeout_seconds
-from devicekit.environments import LaunchContext, LaunchOptions, detect, launcher_of
+from devicekit.environments import (
+    LaunchContext,
+    LaunchOptions,
+    detect,
+    launcher_of,
+    started_by_launcher,
+)
 from devicekit.errors import UsageError
 
 EXIT_DISAGREE = 1
@@ -186,12 +192,12 @@ def _rank_main(local_rank: int, args: argparse.Namespace) -> None:
 def _started_by(args: argparse.Namespace) -> str:
     """Which launcher started this process, with the variables that say so."""
     env = detect(LaunchOptions(), os.environ)
-    if not env.started_by_launcher:
+    if not started_by_launcher(env):
         return f"a launcher started this one (--local-rank {args.local_rank})"
     shown = ", ".join(
-        f"{name}={os.environ[name]}" for name in env.variables[:2] if name in os.environ
+        f"{name}={os.environ[name]}" for name in env.VARIABLES[:2] if name in os.environ
     )
-    return f"{env.name} started this one ({shown})"
+    return f"{env.NAME} started this one ({shown})"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -4,55 +4,23 @@ A checkpoint is a plain dict of tensors and plain values. It is written to a tem
 file beside the target, flushed, fsync'ed and renamed over the target, so a crash at any
 moment leaves the previous checkpoint intact. Loading maps to the CPU first (a file
 written on an NPU loads on a GPU or CPU) and uses `weights_only=True`, so a file that
-would run code when unpickled is refused.
+would run code when unpickled is refused (the file itself: checkpoint_files.py and
+atomic_write.py).
 """
 
-import contextlib
 import hashlib
 import os
-import pickle
-import shutil
-import signal
-import tempfile
-import threading
-import warnings
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, BinaryIO, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from devicekit import runtime
 from devicekit.accelerator import device as runtime_device
+from devicekit.checkpoint_files import load, portable, save_atomic, strip_prefix
 from devicekit.ddp import unwrap
 from devicekit.errors import UsageError
 from devicekit.sharding import holds_sharded, is_sharded, optimizer_owner
-
-PREFIX = "module."
-
-_V = TypeVar("_V")
-
-
-def strip_prefix(state_dict: Mapping[Any, _V], prefix: str = PREFIX) -> dict[Any, _V]:
-    """The state_dict without DDP's `module.` prefix on every key (if all keys carry it)."""
-    if state_dict and all(isinstance(key, str) and key.startswith(prefix) for key in state_dict):
-        return {key[len(prefix) :]: value for key, value in state_dict.items()}
-    return dict(state_dict)
-
-
-def portable(obj: Any) -> Any:
-    """`obj` as a checkpoint holds it: modules unwrapped (DDP, DataParallel,
-    torch.compile) and replaced by their state_dict, other objects with a state_dict()
-    (optimizers, schedulers, GradScalers) by theirs, and `module.` prefixes stripped
-    from every dict whose keys all carry one; dicts, lists and tuples are walked."""
-    if isinstance(obj, torch.nn.Module):
-        return strip_prefix(unwrap(obj).state_dict())
-    if not isinstance(obj, (dict, list, tuple)) and callable(getattr(obj, "state_dict", None)):
-        return portable(obj.state_dict())
-    if isinstance(obj, dict):
-        return {key: portable(value) for key, value in strip_prefix(obj).items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(portable(value) for value in obj)
-    return obj
 
 
 def save_checkpoint(path: str | os.PathLike[str], obj: Any) -> None:
@@ -129,22 +97,6 @@ def load_optimizer_state_dict(
         optimizer.load_state_dict(dict(state))
 
 
-def on_cpu(obj: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
-    """`obj` with every tensor copied to the CPU (a tensor met twice, such as tied weights,
-    stays one tensor), so that plain torch.load opens the file on a machine without the
-    device it was written on."""
-    copies = {} if _copies is None else _copies
-    if isinstance(obj, torch.Tensor):
-        if id(obj) not in copies:
-            copies[id(obj)] = obj.detach().cpu()
-        return copies[id(obj)]
-    if isinstance(obj, dict):
-        return {key: on_cpu(value, copies) for key, value in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(on_cpu(value, copies) for value in obj)
-    return obj
-
-
 def load_checkpoint(
     path: str | os.PathLike[str],
     map_location: str | torch.device | None = None,
@@ -211,173 +163,6 @@ def _load_file_into(path: str, into: Mapping[str, Any]) -> dict[str, Any]:
         else:
             target.load_state_dict(state)
     return values
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename in the folder `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def save_atomic(obj: Any, path: str) -> None:
-    """torch.save `obj`, its tensors on the CPU, to `path` so that `path` is always either
-    the old or the new file."""
-    obj = on_cpu(obj)
-    _write_atomic(path, lambda handle: torch.save(obj, handle))
-
-
-def copy_atomic(source: str, path: str) -> None:
-    """Copy the file `source` to `path` with the same guarantee as save_atomic."""
-    with open(source, "rb") as src:
-        _write_atomic(path, lambda handle: shutil.copyfileobj(src, handle))
-
-
-def _write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with _stop_signals_raise():
-        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=directory)
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
-            with os.fdopen(fd, "wb") as handle:
-                write(handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    fsync_dir(directory)
-    remove_leftovers(path)  # of writers killed mid-write: garbage now
-
-
-def _temporary_prefix(path: str) -> str:
-    return f".{os.path.basename(path)}."
-
-
-def remove_leftovers(path: str | os.PathLike[str]) -> None:
-    """Remove the temporary files that writes of `path` killed midway (SIGKILL, a power
-    cut) left beside it."""
-    directory, prefix = os.path.dirname(os.path.abspath(path)), _temporary_prefix(os.fspath(path))
-    with contextlib.suppress(OSError):  # no folder: nothing left
-        for name in os.listdir(directory):
-            if name.startswith(prefix) and name.endswith(".tmp"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(directory, name))
-
-
-class _Stopped(BaseException):
-    """A stop signal that came during a checkpoint write."""
-
-
-@contextlib.contextmanager
-def _stop_signals_raise() -> Iterator[None]:
-    """While a file is written, SIGTERM, SIGHUP and SIGUSR1 (how launchers stop ranks, the
-    terminal closing, Slurm's `scancel --signal=USR1`), whose default action ends the
-    process on the spot, raise instead, so that the temporary file is removed; then the
-    signal is given again with its default action, and the process ends as it would have.
-    A handler of the script's own stays as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread can set handlers (and runs them)
-        return
-    came: list[int] = []
-
-    def stop(signum: int, frame: object) -> None:
-        came.append(signum)
-        if len(came) == 1:  # a second one (launchers repeat theirs) must not cut the undoing
-            raise _Stopped
-
-    previous = {
-        signum: signal.signal(signum, stop)
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
-        if signal.getsignal(signum) is signal.SIG_DFL
-    }
-    try:
-        yield
-    except _Stopped:
-        pass  # the write is undone; the signal ends the process below
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if came:
-            os.kill(os.getpid(), came[0])
-            raise SystemExit(128 + came[0])  # only where the signal is blocked
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _weights_only_reason(text: str) -> str:
-    """The specific reason in torch's multi-line "Weights only load failed" message."""
-    marker = "WeightsUnpickler error:"
-    if marker in text:
-        return _first_sentence(text.split(marker, 1)[1]) or "unknown reason"
-    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    reason = next((line for line in lines if not line.startswith(boilerplate)), "unknown reason")
-    return _first_sentence(reason)
-
-
-def _first_sentence(text: str) -> str:
-    """The first sentence of an error message, without its full stop, at most 200 chars."""
-    sentence = text.strip().splitlines()[0].split(". ")[0].rstrip(".") if text.strip() else ""
-    return sentence if len(sentence) <= 200 else sentence[:197] + "..."
-
-
-def load(path: str, what: str = "checkpoint", map_location: str | torch.device = "cpu") -> Any:
-    """Load a checkpoint (onto the CPU unless `map_location` says otherwise) with
-    weights_only=True; user-facing errors as UsageError naming it as `what`."""
-    if not os.path.isfile(path):
-        raise UsageError(f"{what} {path!r} does not exist: check the path")
-    try:
-        with warnings.catch_warnings():
-            # A plain-pickle file makes torch warn about its protocol on top of our one line.
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as error:
-        if "weights only" in str(error).lower() or "weights_only" in str(error):
-            reason = _weights_only_reason(str(error))
-            if "global" not in reason.lower():
-                # e.g. "Unsupported operand 216": random bytes or a non-torch.save pickle.
-                raise UsageError(
-                    f"{what} {path!r} is corrupt or not written by torch.save (weights_only=True "
-                    f"unpickling failed: {reason}): use an intact copy"
-                ) from None
-            raise UsageError(
-                f"{what} {path!r} holds objects other than tensors and plain values, which "
-                "could run code when loaded; refusing it (weights_only=True: "
-                f"{reason}). Re-save it as a plain state_dict from a trusted source"
-            ) from None
-        first = _first_sentence(str(error).replace("\n", " ")) or type(error).__name__
-        raise UsageError(f"{what} {path!r} is corrupt ({first}): use an intact copy") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} {path!r} is a directory: pass the checkpoint file") from None
-    except PermissionError:
-        raise UsageError(
-            f"{what} {path!r} cannot be read (permission denied): check its permissions"
-        ) from None
-    except MemoryError:
-        raise UsageError(
-            f"{what} {path!r} claims more memory than this machine has: it is "
-            "corrupt, or load it on a machine with more memory"
-        ) from None
-    except Exception as error:
-        # Text, JSON or random bytes take torch's legacy (pre-zip) path, whose unpickler fails
-        # with whatever the bytes happen to spell: KeyError, IndexError, struct.error, ...
-        first = _first_sentence(str(error).replace("\n", " "))
-        if not first or not isinstance(error, (RuntimeError, OSError, ValueError)):
-            first = f"{type(error).__name__}: {first}" if first else type(error).__name__
-        raise UsageError(
-            f"{what} {path!r} is truncated or not a PyTorch checkpoint ({first}): use an intact "
-            "copy, e.g. the previous checkpoint.pth.tar"
-        ) from None
 
 
 def load_state_dict_into(model: torch.nn.Module, state_dict: object, source: str) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from devicekit import __version__, environments, kinds
-from devicekit.detect import ENV_VAR, resolve_kind
 from devicekit.environments import LaunchOptions, resolve_launch
 from devicekit.errors import UsageError
 from devicekit.kinds.base import DeviceKind
@@ -23,6 +22,7 @@ from devicekit.kinds.npu import (
     torch_npu_matches,
     torch_npu_version,
 )
+from devicekit.kinds.resolve import ENV_VAR, resolve_kind
 from devicekit.workers import fork_can_deadlock
 
 CANN_VARS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH")
@@ -136,7 +136,7 @@ def gather(requested: str | None = None) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
     problems: list[str] = []
     environment = environments.detect(LaunchOptions())
-    launcher = environment.name if environment.started_by_launcher else None
+    launcher = environment.NAME if environments.started_by_launcher(environment) else None
     info: dict[str, Any] = {
         "devicekit": __version__,
         "python": platform.python_version(),
@@ -152,7 +152,7 @@ def gather(requested: str | None = None) -> dict[str, Any]:
         "visible_devices": _visible_devices(),
         "requested_device": requested or os.environ.get(ENV_VAR) or "auto",
         "launcher": launcher or NO_LAUNCHER,
-        "launch_environment": environment.variables_set(os.environ),
+        "launch_environment": environments.variables_set(environment, os.environ),
     }
     try:
         kind = resolve_kind(requested, source="--device")

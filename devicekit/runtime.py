@@ -9,10 +9,10 @@ import multiprocessing
 import os
 from collections.abc import Mapping
 
-from devicekit.detect import resolve_kind
 from devicekit.environments import LaunchContext, LaunchOptions, launcher_of, resolve_launch
 from devicekit.errors import UsageError, warn
 from devicekit.kinds.base import DeviceKind
+from devicekit.kinds.resolve import resolve_kind
 
 # The variables a launcher hands a process; if the script overwrites one of them (the DDP
 # tutorial's `os.environ["MASTER_PORT"] = "12355"`), the launcher's value is the one

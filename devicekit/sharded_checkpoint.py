@@ -31,6 +31,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from devicekit.atomic_write import fsync_dir
+from devicekit.checkpoint_files import load, portable, save_atomic
 from devicekit.errors import UsageError
 from devicekit.sharding import optimizer_owner
 
@@ -113,8 +115,6 @@ def load_full_optimizer_into_sharded(
 def save_sharded(path: str, obj: Mapping[str, Any]) -> None:
     """Write `obj` (modules, optimizers, plain values) as a checkpoint folder at `path`;
     every rank calls it. The folder is complete or absent: never half written."""
-    from devicekit.checkpoint import fsync_dir, portable, save_atomic
-
     partial = path + _PARTIAL
     tensors, values = _split(obj)
     if dist.get_rank() == 0:
@@ -137,8 +137,6 @@ def save_sharded(path: str, obj: Mapping[str, Any]) -> None:
 def load_sharded(path: str, into: Mapping[str, Any]) -> dict[str, Any]:
     """Load the checkpoint folder `path` in place into the modules and optimizers of
     `into` (sharded or not, at any world size); return its plain values."""
-    from devicekit.checkpoint import load
-
     path = _complete_folder(path)
     reader = _SafeReader(path)
     metadata = reader.read_metadata()

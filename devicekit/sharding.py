@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from devicekit import runtime
+from devicekit import accelerator, runtime
 from devicekit.distributed import init_distributed
 from devicekit.errors import UsageError
 
@@ -87,7 +87,7 @@ def shard(
                 "first"
             )
         init_distributed()
-    device = runtime.kind().device_for(runtime.context())
+    device = accelerator.device_for(runtime.context())
     model.to(device)
     if recomputed:
         from torch.distributed._composable import checkpoint

@@ -1,5 +1,5 @@
 """Every bad input to main.py is one line on stderr naming the problem, exit code 2, no
-traceback, and nothing written; plus devicekit.checkpoint's atomic save and safe load.
+traceback, and nothing written; plus devicekit's atomic save and safe load of a checkpoint.
 
 Most main.py cases are refused before main.py launches any rank (by the parser, the YAML
 config, trainer.options.validate, or devicekit reading the launch settings for the batch
@@ -37,7 +37,7 @@ import torch
 
 import models
 from conftest import ROOT, clean_environ
-from devicekit import checkpoint
+from devicekit import checkpoint, checkpoint_files
 from devicekit.errors import UsageError
 from support.main_in_process import REFUSAL_RUN, run_main_until_launch
 from support.trainer_files import make_data_dir, write_checkpoint
@@ -734,12 +734,12 @@ def test_corrupt_image_is_skipped_with_a_warning_and_training_completes(tmp_path
     assert (out / "checkpoint.pth.tar").is_file()
 
 
-# -- devicekit.checkpoint units -------------------------------------------------------------
+# -- devicekit.checkpoint_files and devicekit.checkpoint units ------------------------------
 
 
 def test_save_atomic_failure_midway_keeps_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pth.tar"
-    checkpoint.save_atomic({"epoch": 1, "w": torch.arange(4.0)}, str(path))
+    checkpoint_files.save_atomic({"epoch": 1, "w": torch.arange(4.0)}, str(path))
     before = path.read_bytes()
 
     def broken_save(obj, handle, *args, **kwargs):
@@ -748,17 +748,17 @@ def test_save_atomic_failure_midway_keeps_the_previous_file(tmp_path, monkeypatc
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="No space left"):
-        checkpoint.save_atomic({"epoch": 2, "w": torch.zeros(4)}, str(path))
+        checkpoint_files.save_atomic({"epoch": 2, "w": torch.zeros(4)}, str(path))
     monkeypatch.undo()
     assert path.read_bytes() == before
-    loaded = checkpoint.load(str(path))
+    loaded = checkpoint_files.load(str(path))
     assert loaded["epoch"] == 1 and torch.equal(loaded["w"], torch.arange(4.0))
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.pth.tar"]  # no temporary file left
 
 
 def test_save_atomic_interrupted_keeps_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pth.tar"
-    checkpoint.save_atomic({"epoch": 1}, str(path))
+    checkpoint_files.save_atomic({"epoch": 1}, str(path))
 
     def interrupted(obj, handle, *args, **kwargs):
         handle.write(b"partial")
@@ -766,28 +766,31 @@ def test_save_atomic_interrupted_keeps_the_previous_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save_atomic({"epoch": 2}, str(path))
+        checkpoint_files.save_atomic({"epoch": 2}, str(path))
     monkeypatch.undo()
-    assert checkpoint.load(str(path))["epoch"] == 1
+    assert checkpoint_files.load(str(path))["epoch"] == 1
     assert os.listdir(tmp_path) == ["checkpoint.pth.tar"]
 
 
 def test_save_atomic_replaces_and_creates_the_folder(tmp_path):
     path = tmp_path / "new" / "checkpoint.pth.tar"
-    checkpoint.save_atomic({"epoch": 1}, str(path))
-    checkpoint.save_atomic({"epoch": 2}, str(path))
-    assert checkpoint.load(str(path))["epoch"] == 2
+    checkpoint_files.save_atomic({"epoch": 1}, str(path))
+    checkpoint_files.save_atomic({"epoch": 2}, str(path))
+    assert checkpoint_files.load(str(path))["epoch"] == 2
     assert os.listdir(path.parent) == ["checkpoint.pth.tar"]
 
 
 def test_strip_prefix():
     one = torch.ones(1)
-    assert checkpoint.strip_prefix({"module.a": one, "module.b.c": one}) == {"a": one, "b.c": one}
+    assert checkpoint_files.strip_prefix({"module.a": one, "module.b.c": one}) == {
+        "a": one,
+        "b.c": one,
+    }
     mixed = {"module.a": one, "b": one}
-    assert checkpoint.strip_prefix(mixed) == mixed  # only when every key carries it
-    assert checkpoint.strip_prefix({}) == {}
-    assert checkpoint.strip_prefix({"a.module.b": one}) == {"a.module.b": one}
-    assert checkpoint.strip_prefix({"x.a": one}, prefix="x.") == {"a": one}
+    assert checkpoint_files.strip_prefix(mixed) == mixed  # only when every key carries it
+    assert checkpoint_files.strip_prefix({}) == {}
+    assert checkpoint_files.strip_prefix({"a.module.b": one}) == {"a.module.b": one}
+    assert checkpoint_files.strip_prefix({"x.a": one}, prefix="x.") == {"a": one}
 
 
 def test_load_state_dict_into_mismatch_names_the_keys():
@@ -836,7 +839,7 @@ def test_load_refuses_bad_files_in_one_line(files, name, needle):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's own warnings would be a second line
         with pytest.raises(UsageError) as error:
-            checkpoint.load(os.path.join(files, name), "--resume checkpoint")
+            checkpoint_files.load(os.path.join(files, name), "--resume checkpoint")
     message = str(error.value)
     assert needle in message and "\n" not in message, message
     assert not os.path.exists(os.path.join(files, "torch_marker"))
@@ -850,7 +853,7 @@ def test_load_plain_pickle_protocol_4_is_refused_without_a_torch_warning(tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(UsageError, match="weights_only=True"):
-            checkpoint.load(str(path))
+            checkpoint_files.load(str(path))
     assert not (tmp_path / "marker").exists()
 
 
@@ -859,7 +862,7 @@ def test_load_names_a_global_that_is_not_allowlisted(tmp_path):
     path = tmp_path / "numpy.pth.tar"
     torch.save({"best_acc1": np.float64(1.0)}, path)
     with pytest.raises(UsageError) as error:
-        checkpoint.load(str(path), "--resume checkpoint")
+        checkpoint_files.load(str(path), "--resume checkpoint")
     message = str(error.value)
     assert "holds objects other than tensors" in message and "\n" not in message
     assert "GLOBAL numpy._core.multiarray.scalar was not an allowed global" in message

@@ -3,7 +3,7 @@
 import pytest
 
 from devicekit.errors import UsageError
-from trainer.batching import split_per_process
+from trainer.loaders import split_per_process
 
 
 def test_even_split_and_workers_round_up():

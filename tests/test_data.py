@@ -1,4 +1,5 @@
-"""Datasets, transforms and the demo data of the trainer (trainer.data, trainer.demo_data)."""
+"""Datasets, transforms and the demo data of the trainer (trainer.datasets, .decoding,
+.transforms, .image_folder, .demo_data)."""
 
 import math
 import os
@@ -15,24 +16,20 @@ from PIL import Image
 from conftest import ROOT, clean_environ
 from devicekit.errors import UsageError
 from trainer import demo_data
-from trainer.data import (
+from trainer.datasets import DummyImageNet, build_datasets, check_num_classes
+from trainer.decoding import decode, resize_uint8
+from trainer.demo_data import MARKER, SHAPES, make_demo_dataset
+from trainer.image_folder import ImageFolder, check_data_dir
+from trainer.options import parse_args
+from trainer.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    DummyImageNet,
-    ImageFolder,
     RandomHorizontalFlip,
     RandomResizedCrop,
-    build_datasets,
-    check_data_dir,
-    check_num_classes,
-    decode,
     normalize,
-    resize_uint8,
     train_transform,
     val_transform,
 )
-from trainer.demo_data import MARKER, SHAPES, make_demo_dataset
-from trainer.options import parse_args
 
 
 def write_image(path, colour=(10, 20, 30), size=(12, 9)):

@@ -3,6 +3,7 @@ each launcher's documentation and sources give them), on one node and on 2 nodes
 the bad cases named in one line, the detection order, doctor's facts, and a two-node run
 started the Slurm way in network namespaces."""
 
+import importlib.util
 import json
 import re
 
@@ -19,6 +20,7 @@ from devicekit.environments import (
 )
 from devicekit.errors import UsageError
 from support.launchers import PY
+from support.paths import REPO
 from support.time_limit import _hard_time_limit, time_limit  # noqa: F401  (autouse fixture)
 from support.tracked import GONE_BOUND_S, Tracked
 from support.two_nodes import (  # noqa: F401  (the fixture two_namespaces)
@@ -81,7 +83,7 @@ def test_a_kind_without_a_visible_devices_variable_bounds_the_device_index():
 
 
 def test_detection_order_is_the_stated_one():
-    assert [env.name for env in ENVIRONMENTS] == [
+    assert [env.NAME for env in ENVIRONMENTS] == [
         "deepspeed",
         "launch",
         "torchrun",
@@ -96,7 +98,7 @@ def test_detection_order_is_the_stated_one():
         "cli",
         "single",
     ]
-    assert list(VARIABLES) == [env.name for env in ENVIRONMENTS]
+    assert list(VARIABLES) == [env.NAME for env in ENVIRONMENTS]
     assert {
         "SLURM_STEP_NODELIST",
         "CROSS_SIZE",
@@ -919,3 +921,63 @@ def test_two_nodes_started_the_slurm_way_match_run_8p(two_namespaces, tmp_path):
     assert sorted(shell_weights) == [0, 1, 2, 3]
     assert len(set(slurm_weights.values())) == 1, slurm_weights
     assert slurm_weights == shell_weights
+
+
+# -- the worked example of docs/extending.md: a launch environment of one's own -----------------
+
+FLUX_2X8 = {
+    "FLUX_TASK_RANK": "11",
+    "FLUX_TASK_LOCAL_ID": "3",
+    "FLUX_JOB_SIZE": "16",
+    "FLUX_JOB_NNODES": "2",
+    "FLUX_JOB_ID": "1234567890",
+    "MASTER_ADDR": "10.0.0.1",
+}
+
+
+@pytest.fixture
+def flux(monkeypatch):
+    """docs/extending/launch_environment.py, in ENVIRONMENTS just before slurm (its line)."""
+    path = REPO / "docs" / "extending" / "launch_environment.py"
+    spec = importlib.util.spec_from_file_location("launch_environment_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    at = [env.NAME for env in ENVIRONMENTS].index("slurm")
+    monkeypatch.setattr(
+        environments, "ENVIRONMENTS", (*ENVIRONMENTS[:at], module, *ENVIRONMENTS[at:])
+    )
+    return module
+
+
+def test_the_worked_example_of_a_launch_environment(flux):
+    assert (flux.NAME, type(flux.VARIABLES)) == ("flux", tuple)
+    assert callable(flux.detect) and callable(flux.context)
+    assert not hasattr(flux, "STARTED_BY_LAUNCHER")  # the default: a launcher started it
+    assert launcher_of(FLUX_2X8) == "flux"
+    ctx = resolve(FLUX_2X8)
+    assert who(ctx) == ("flux", 11, 3, 16, 8, 1, 2, 3)
+    assert (ctx.init_method, ctx.launcher_store) == ("tcp://10.0.0.1:29500", False)
+    # Inside a Slurm job (srun flux start) the broker's SLURM_* variables are inherited.
+    inside_slurm = {**FLUX_2X8, "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}
+    assert who(resolve(inside_slurm)) == who(ctx)
+    one_node = {**FLUX_2X8, "FLUX_JOB_NNODES": "1", "MASTER_ADDR": ""}
+    assert resolve(one_node, kind=FakeAccelerator(16)).master_addr == "127.0.0.1"
+    assert environments.detect(environ={**FLUX_2X8, "FLUX_JOB_SIZE": "x"}).NAME == "single"
+
+
+@pytest.mark.parametrize(
+    "change, kind, says",
+    [
+        ({"FLUX_TASK_RANK": "16"}, EIGHT, r"^FLUX_TASK_RANK=16 is not below FLUX_JOB_SIZE=16: "),
+        ({"FLUX_JOB_NNODES": "3"}, EIGHT, r"^FLUX_JOB_SIZE=16 is not a multiple of FLUX_JOB_NN"),
+        ({"FLUX_TASK_LOCAL_ID": "x"}, EIGHT, r"^FLUX_TASK_LOCAL_ID='x' is not an integer"),
+        ({"FLUX_TASK_LOCAL_ID": None}, EIGHT, r"^FLUX_TASK_LOCAL_ID is not set: Flux's job sh"),
+        ({"MASTER_ADDR": None}, EIGHT, r"^a 2-node run needs the address of node 0: set MAS"),
+        ({}, FakeAccelerator(4), r"^flux run started 8 tasks on this node \(FLUX_JOB_SIZE=16 "),
+    ],
+)
+def test_the_worked_example_names_each_mistake(flux, change, kind, says):
+    environ = {**FLUX_2X8, **change}
+    environ = {name: value for name, value in environ.items() if value is not None}
+    with pytest.raises(UsageError, match=says):
+        resolve(environ, kind=kind)

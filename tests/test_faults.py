@@ -343,9 +343,9 @@ def _check_checkpoint(path, numel):
     """Load `path` as main.py would (weights_only); return its epoch if it is one whole write."""
     import torch
 
-    from devicekit import checkpoint
+    from devicekit import checkpoint_files
 
-    state = checkpoint.load(str(path))
+    state = checkpoint_files.load(str(path))
     epoch = state["epoch"]
     weights = state["weights"]
     assert isinstance(epoch, int) and int(state["last"]) == epoch, "mixed writes"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import devicekit
 import models
-from devicekit import checkpoint
+from devicekit import checkpoint_files
 from invariant import assert_usage_line
 from support.trainer_files import write_checkpoint
 from trainer import state
@@ -57,11 +57,11 @@ def write(folder, data, name="fuzzed.pth.tar"):
 
 
 def load_or_refuse(path, what="--resume checkpoint"):
-    """checkpoint.load(path): its object, or REFUSED after asserting the one-line refusal."""
+    """checkpoint_files.load(path): its object, or REFUSED after asserting the one-line refusal."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            loaded = checkpoint.load(path, what)
+            loaded = checkpoint_files.load(path, what)
         except Exception as error:
             assert_usage_line(error, [repr(path)])
             assert what in str(error)
@@ -170,7 +170,7 @@ def test_a_file_that_would_run_code_is_refused_and_never_runs_it(
         data = pickle.dumps(obj, protocol=protocol)
     path = write(folder, data)
     with pytest.raises(devicekit.UsageError) as error:
-        checkpoint.load(path, "--resume checkpoint")
+        checkpoint_files.load(path, "--resume checkpoint")
     assert_usage_line(error.value, [repr(path)])
     # A plain pickle of protocol 4 or 5 fails at its first FRAME opcode, before any global.
     assert "holds objects other than tensors" in str(error.value) or (

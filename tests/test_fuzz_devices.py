@@ -17,9 +17,10 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from devicekit import accelerator, detect, kinds, processes, simulate
+from devicekit import accelerator, kinds, processes, simulate
 from devicekit.environments import LaunchOptions
 from devicekit.errors import UsageError
+from devicekit.kinds import resolve
 from devicekit.kinds.npu import JIT_COMPILE_ENV, jit_compile_override
 from devicekit.simulate import build
 from invariant import ENV_TEXT, NUMBER_LIKE, assert_usage_line, working_directory
@@ -135,9 +136,9 @@ DEVICE_NAMES = st.one_of(
 @example("0\r0")
 def test_any_devicekit_device_is_a_kind_or_names_the_variable(value):
     try:
-        kind = detect.resolve_kind(None, {detect.ENV_VAR: value})
+        kind = resolve.resolve_kind(None, {resolve.ENV_VAR: value})
     except UsageError as error:
-        assert_usage_line(error, [detect.ENV_VAR])
+        assert_usage_line(error, [resolve.ENV_VAR])
         return
     # Only the CPU runs on this machine: auto-detection or asking for it.
     assert kind.name == "cpu"
@@ -148,7 +149,7 @@ def test_any_devicekit_device_is_a_kind_or_names_the_variable(value):
 def test_any_device_argument_is_a_kind_or_names_the_argument(value, source):
     assume(value.strip() not in ("", "auto") and value.strip() == value)
     try:
-        kind = detect.resolve_kind(value, {}, source=source)
+        kind = resolve.resolve_kind(value, {}, source=source)
     except UsageError as error:
         assert_usage_line(error, [source])
         return

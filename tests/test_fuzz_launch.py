@@ -126,11 +126,11 @@ def resolve_or_refuse(options: LaunchOptions | dict, environ: dict[str, str], ki
     try:
         ctx = resolve_launch(options, environ, kind)
     except UsageError as error:
-        assert_usage_line(error, set(environ) | set(env.variables) | set(option_names(options)))
-        _event(f"{env.name}: refused")
+        assert_usage_line(error, set(environ) | set(env.VARIABLES) | set(option_names(options)))
+        _event(f"{env.NAME}: refused")
         return None
-    _event(f"{env.name}: resolved")
-    assert ctx.mode == env.name
+    _event(f"{env.NAME}: resolved")
+    assert ctx.mode == env.NAME
     check_context(ctx, kind)
     return ctx
 
@@ -462,7 +462,7 @@ def options_anyhow(draw) -> dict:
     CPU,
 )
 def test_any_launcher_variables_resolve_or_name_one(environ, options, kind):
-    assert launcher_of(environ) in {env.name for env in ENVIRONMENTS} | {None}
+    assert launcher_of(environ) in {env.NAME for env in ENVIRONMENTS} | {None}
     resolve_or_refuse(options, environ, kind)
 
 
@@ -864,4 +864,4 @@ def test_detection_never_raises(environ, options):
     except UsageError:
         options = LaunchOptions()
     assert detect(options, environ) in ENVIRONMENTS
-    assert launcher_of(environ) in {env.name for env in ENVIRONMENTS} | {None}
+    assert launcher_of(environ) in {env.NAME for env in ENVIRONMENTS} | {None}

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from conftest import clean_environ
 from devicekit.errors import UsageError
 from devicekit.preflight import npu_ops
-from devicekit.preflight.checks import Context, cuda_only
+from devicekit.preflight.checks import cuda_only
+from devicekit.preflight.checks.base import Context
 from devicekit.preflight.cli import read_arguments
 from devicekit.preflight.recording import Recording
 from invariant import (

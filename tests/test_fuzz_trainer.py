@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from invariant import ANY_TEXT, NUMBER_LIKE, UNWRITABLE_PATHS, assert_command_refused
 from support.main_in_process import REFUSAL_RUN, run_main_until_launch
 from trainer import options
+from trainer.options import precision
 
 PARSER = options.build_parser()
 # Flags that do not take part: help prints and exits 0; the rest name files and folders,
@@ -52,7 +53,7 @@ def values_of(action):
         return st.one_of(st.sampled_from(list(action.choices)), ANY_TEXT)
     if action.type is int:
         return st.one_of(st.integers(-5, 70).map(str), NUMBER_LIKE)
-    if action.type is float or action.type is options._loss_scale:
+    if action.type is float or action.type is precision.loss_scale:
         return st.one_of(st.floats(0, 2).map(repr), FLOATS)
     return st.one_of(NUMBER_LIKE, ANY_TEXT)
 

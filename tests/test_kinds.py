@@ -1,5 +1,6 @@
 """Each device kind's decisions, the registry, detection and backend mapping."""
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -11,11 +12,12 @@ import torch
 import devicekit
 from conftest import clean_environ
 from devicekit import kinds
-from devicekit.detect import resolve_kind
 from devicekit.distributed import resolve_backend
 from devicekit.errors import UsageError
+from devicekit.kinds.resolve import resolve_kind
 from devicekit.kinds.visible import parse_ascend, parse_cuda
 from support.launchers import child_env, start
+from support.paths import REPO
 from support.processes import Processes
 
 
@@ -493,3 +495,30 @@ def test_bf16_autocast_is_the_cpu_default_only_where_the_cpu_computes_bf16(
     with devicekit.autocast():
         out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
     assert out.dtype == (torch.bfloat16 if native else torch.float32)
+
+
+# -- the worked example of docs/extending.md: a device kind of one's own --------------------------
+
+
+def test_the_worked_example_of_a_device_kind(registry):
+    path = REPO / "docs" / "extending" / "device_kind.py"
+    spec = importlib.util.spec_from_file_location("device_kind_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)  # registers the kind, as a script's module does
+    assert kinds.names() == ["npu", "cuda", "xpu", "musa", "cpu"]
+    assert isinstance(kinds.get("musa"), example.MusaKind)
+    assert kinds.backend_owner("mccl") == "Moore Threads GPUs"
+    # Here torch_musa is not installed: chosen, the kind says so; auto-detection passes it.
+    with pytest.raises(
+        UsageError,
+        match=r"^--device musa: torch_musa is not installed; install the torch_musa that matches",
+    ):
+        resolve_kind("musa", source="--device")
+    assert resolve_kind().name != "musa"
+    kind = example.MusaKind()
+    assert kind.visible_devices({"MUSA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
+    assert kind.visible_devices({}) is None
+    with pytest.raises(UsageError, match=r"^MUSA_VISIBLE_DEVICES='0,0' lists device 0 twice: "):
+        kind.visible_devices({"MUSA_VISIBLE_DEVICES": "0,0"})
+    devicekit.register_kind(example.MusaKind())  # again: changes nothing
+    assert kinds.names().count("musa") == 1

@@ -30,15 +30,15 @@ import json
 import os
 import re
 import shutil
-import time
 
 import pytest
 
 from support.launchers import MAIN, MPI, PY, commands, script
 from support.npu_wheel import skip_or_fail
 from support.paths import REPO, TESTS
+from support.run_groups import Group
 from support.runs import TINY, assert_bitwise_equal, load_checkpoint, tiny_args
-from support.tracked import GONE_BOUND_S, Tracked, poll_until
+from support.tracked import GONE_BOUND_S, poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -97,40 +97,6 @@ def need(launcher):
     reason = missing(launcher)
     if reason:
         skip_or_fail(reason)
-
-
-class Group:
-    """The runs of one part of the module, found by their own marker: when each started
-    and exited, and when the last of their processes was gone (time.time())."""
-
-    def __init__(self, stack, folder):
-        self.tracked = stack.enter_context(Tracked(folder))
-        self.folder = folder
-        self.started, self.exited, self.gone = {}, {}, None
-
-    def start(self, name, argv, env):
-        self.started[name] = time.time()
-        self.tracked.start(name, argv, env)
-
-    def launch(self, name, launcher, program, args, fault=None, **extra):
-        """`program ARGS` with 2 ranks under `launcher` (support.launchers), as `name`."""
-        (command,) = commands(launcher, program, args, 2, self.folder, name=name)
-        env = self.tracked.env(fault, **command.env)
-        self.start(name, command.argv, dict(env, **{k: str(v) for k, v in extra.items()}))
-
-    def done(self):
-        """Whether every run exited and no process of the group is left (noting when)."""
-        for name in self.started:
-            if name not in self.exited and self.tracked.proc(name).poll() is not None:
-                self.exited[name] = time.time()
-        if self.gone is None and len(self.exited) == len(self.started):
-            if not self.tracked.alive():
-                self.gone = time.time()
-        return self.gone is not None
-
-    def seconds(self, name):
-        """From the start of run `name` to its launcher's exit."""
-        return self.exited[name] - self.started[name]
 
 
 def _start_all(root, stack, launchers):

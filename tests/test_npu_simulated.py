@@ -44,7 +44,7 @@ import json, sys
 import torch
 import devicekit
 from devicekit import UsageError, kinds
-from devicekit.detect import resolve_kind
+from devicekit.kinds.resolve import resolve_kind
 from devicekit.environments import resolve_launch
 out = {}
 """

@@ -103,7 +103,7 @@ out.update(torch=torch.npu.device_count(), kind=devicekit.device_count(),
 def test_the_npu_kind_runs_on_the_stand_in_unchanged():
     out = scenario(
         """
-from devicekit.detect import resolve_kind
+from devicekit.kinds.resolve import resolve_kind
 from devicekit.environments import resolve_launch
 kind = resolve_kind()
 out.update(name=kind.name, backend=kind.backend, start_method=kind.start_method,
@@ -130,7 +130,7 @@ out.update(name=kind.name, backend=kind.backend, start_method=kind.start_method,
 def test_torchrun_local_rank_must_fit_the_visible_npus(local_rank, fits):
     out = scenario(
         """
-from devicekit.detect import resolve_kind
+from devicekit.kinds.resolve import resolve_kind
 from devicekit.environments import resolve_launch
 try:
     out["device_index"] = resolve_launch(kind=resolve_kind("npu")).device_index

@@ -8,6 +8,7 @@ styles people write) with the command, then run the ported copies unchanged on t
 
 import ast
 import codecs
+import importlib.util
 import inspect
 import json
 import os
@@ -19,14 +20,14 @@ import textwrap
 import threading
 from pathlib import Path
 
-import libcst as cst
 import pytest
 import torch
 
 from conftest import ROOT, clean_environ
 from devicekit.environments import find_free_port
-from devicekit.port import ParseFailure, _plugins, engine, port_source
+from devicekit.port import ParseFailure, _plugins, port_source, registry, source_bytes
 from devicekit.port.cli import main
+from devicekit.port.rule import LEAVE_TYPES
 from devicekit.port.transformer import PortTransformer
 from invariant import assert_usage_line
 from support import device_questions, launchers
@@ -378,61 +379,54 @@ def test_rewrite(rule, before, after):
 
 
 def test_each_plugin_registers_rules_and_names_their_ids():
-    """One module per idiom in _plugins/: each registers a rule the transformer reaches,
-    its docstring names every rule id it reports, and the call rules keep their order
-    (the first one that matches a call gets it)."""
-    rules = [rule for kind in _plugins.LEAVE_RULES.values() for rule in kind]
-    rules += [rule for _, rule in _plugins.CALL_RULES] + [
-        rule for _, rule in _plugins.KEYWORD_RULES.values()
-    ]
-    rules += _plugins.UNPORTED_CALL_RULES + _plugins.REFERENCE_RULES
+    """One module per idiom in _plugins/, each once in registry.PLUGINS with hooks the
+    transformer reaches; its RULES are the rule ids it reports, each named in its
+    docstring; and the call rules keep their order (the first one that matches a call gets
+    it)."""
     files = {f"{_plugins.__name__}.{m.name}" for m in pkgutil.iter_modules(_plugins.__path__)}
-    assert {rule.__module__ for rule in rules} == files == {m.__name__ for m in _plugins.PLUGINS}
+    assert files == {m.__name__ for m in registry.PLUGINS}
+    assert len(registry.PLUGINS) == len(files)
     assert all(  # leave_Attribute offers the node to _leave, then to the reference rules
-        getattr(PortTransformer, f"leave_{node_type.__name__}") is PortTransformer._leave
-        for node_type in _plugins.LEAVE_RULES
-        if node_type is not cst.Attribute
+        getattr(PortTransformer, f"leave_{node_type}") is PortTransformer._leave
+        for node_type in LEAVE_TYPES
+        if node_type != "Attribute"
     )
-    for module in _plugins.PLUGINS:
-        ids = set()
+    hooks = {"matches_call", "on_call", "on_unported_call", "on_keyword", "on_reference"}
+    hooks |= {f"leave_{node_type}" for node_type in LEAVE_TYPES}
+    for module in registry.PLUGINS:
+        defined = {name for name in vars(module) if name.startswith(("leave_", "on_", "matches_"))}
+        assert defined and defined <= hooks, (module.__name__, defined)
+        assert ("on_call" in defined) == ("matches_call" in defined), module.__name__
+        assert ("on_keyword" in defined) == hasattr(module, "KEYWORDS"), module.__name__
+        ids = set(getattr(module, "KEYWORDS", {}).values())
         for node in ast.walk(ast.parse(inspect.getsource(module))):
-            calls = (
-                [node]
-                if isinstance(node, ast.Call)
-                and getattr(node.func, "attr", None) in ("changed", "removed")
-                else []
-            )
-            calls += [
-                d
-                for d in getattr(node, "decorator_list", [])
-                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "keyword"
-            ]
-            ids.update(
-                getattr(module, call.args[1].id)
-                if isinstance(call.args[1], ast.Name)
-                else call.args[1].value
-                for call in calls
-            )
-        assert all(f"`{rule}`" in module.__doc__ for rule in ids), (module.__name__, ids)
-    assert [rule.__name__ for _, rule in _plugins.CALL_RULES] == [
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in (
+                "changed",
+                "removed",
+            ):
+                arg = node.args[1]
+                ids.add(getattr(module, arg.id) if isinstance(arg, ast.Name) else arg.value)
+        assert ids == set(module.RULES), (module.__name__, ids)
+        assert all(f"`{rule_id}`" in module.__doc__ for rule_id in ids), (module.__name__, ids)
+    assert [m.__name__.rsplit(".", 1)[1] for m in registry.PLUGINS if hasattr(m, "on_call")] == [
         "cuda_method",
         "to_device",
-        "pin_memory_method",
+        "pin_memory",
         "local_rank_alias",
         "torch_device",
-        "first_arg_device",
+        "device_argument",
         "autocast",
         "grad_scaler",
-        "timm_native_scaler",
+        "library_scaler",
         "init_process_group",
         "ddp_device_ids",
         "fsdp_device_id",
         "fsdp_state_dict_offload",
         "spawn_launch",
         "destroy_process_group",
-        "torch_cuda_call",
+        "torch_cuda_api",
         "nccl_available",
-        "startswith",
+        "accelerator_branch",
     ]
 
 
@@ -887,7 +881,7 @@ def test_a_panic_of_libcst_is_a_one_line_refusal(monkeypatch):
     def panics(text):
         raise PanicException("byte index 9 is not a char boundary")
 
-    monkeypatch.setattr(engine.cst, "parse_module", panics)
+    monkeypatch.setattr(source_bytes.cst, "parse_module", panics)
     with pytest.raises(ParseFailure) as error:
         port_source(b"x = 1\ny = 2\n", "train.py")
     assert str(error.value) == (
@@ -1823,3 +1817,39 @@ def test_ascend_ddp_runs_on_the_npu_stand_in_under_torchrun(ported_corpus, tmp_p
         assert f"PROBE rank={rank} autocast=['npu:torch.float16'] synchronize=2" in result.stdout, (
             result.stdout
         )
+
+
+# -- the worked example of docs/extending.md: a port rule of one's own ---------------------------
+
+_BARRIER_SCRIPT = """import torch.distributed as dist
+
+dist.barrier(device_ids=[local_rank])
+dist.barrier()
+"""
+
+
+def test_the_worked_example_of_a_port_rule(monkeypatch):
+    """docs/extending/port_rule.py, in PLUGINS just before manual (its line), ports a
+    barrier's device ids and reports its rule; without it the script stays as it is."""
+    assert port_source(_BARRIER_SCRIPT.encode())[0] == _BARRIER_SCRIPT.encode()
+    path = Path(ROOT) / "docs" / "extending" / "port_rule.py"
+    spec = importlib.util.spec_from_file_location("port_rule_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    at = [m.__name__ for m in registry.PLUGINS].index("devicekit.port._plugins.manual")
+    monkeypatch.setattr(
+        registry, "PLUGINS", (*registry.PLUGINS[:at], example, *registry.PLUGINS[at:])
+    )
+    ported, report = port_source(_BARRIER_SCRIPT.encode(), "train.py")
+    assert ported.decode() == (
+        "import torch.distributed as dist\n"
+        "import devicekit\n"
+        "\n"
+        "dist.barrier(device_ids=[local_rank] if devicekit.is_available() else None)\n"
+        "dist.barrier()\n"
+    )
+    assert [(c.line, c.rule, c.before) for c in report.changes] == [
+        (3, "barrier-device-ids", "dist.barrier(device_ids=[local_rank])")
+    ]
+    assert (report.manual, report.info) == ([], [])
+    assert all(f"`{rule_id}`" in example.__doc__ for rule_id in example.RULES)

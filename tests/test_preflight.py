@@ -23,6 +23,7 @@ torch is imported, and the device it registers stays for the life of the process
 Ctrl-C (a real SIGINT).
 """
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import pytest
 
 from conftest import clean_environ
 from devicekit.errors import UsageError
+from devicekit.preflight import checks
 from devicekit.preflight.cli import read_arguments
 from invariant import assert_usage_line
 from support.preflight_in_process import preflight_in_process
@@ -601,3 +603,42 @@ def test_ctrl_c_stops_the_script_and_still_reports(tmp_path):
     assert "Traceback" not in result.stderr, result.stderr
     assert report["steps"] == 3
     assert "3 optimizer step(s) recorded (interrupted)" in result.stdout
+
+
+# -- the worked example of docs/extending.md: a preflight check of one's own ---------------------
+
+_ADDS_AT_INDICES = """import torch
+from torch import nn
+
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+index = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3])
+for step in range(3):
+    outputs = model(torch.randn(8, 4))
+    pooled = torch.zeros(4, 3).index_add(0, index, outputs)
+    scattered = torch.zeros(4, 3).scatter_add(0, index[:, None].expand(8, 3), outputs)
+    loss = pooled.sum() + scattered.sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_the_worked_example_of_a_preflight_check(tmp_path, monkeypatch):
+    """docs/extending/preflight_check.py, in CHECKS just after float64 (its line), finds the
+    script's two adds at indices, and the report gives its advice."""
+    path = REPO / "docs" / "extending" / "preflight_check.py"
+    spec = importlib.util.spec_from_file_location("preflight_check_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    at = checks.CHECKS.index(checks.float64) + 1
+    monkeypatch.setattr(checks, "CHECKS", (*checks.CHECKS[:at], example, *checks.CHECKS[at:]))
+    (tmp_path / "train.py").write_text(_ADDS_AT_INDICES)
+    report, result = report_of(tmp_path, "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    found = sorted((f["op"], f["line"], f["count"]) for f in by_kind(report, "nondeterministic"))
+    assert found == [("aten::index_add", 9, 3), ("aten::scatter_add", 10, 3)], found
+    assert by_kind(report, "nondeterministic")[0]["detail"].endswith(
+        "atomic adds on the device, in no fixed order"
+    )
+    assert f"  what to do: {example.ADVICE}\n" in result.stdout, result.stdout

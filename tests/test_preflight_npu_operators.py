@@ -19,7 +19,8 @@ import pytest
 
 from conftest import clean_environ
 from devicekit.preflight import npu_ops, report
-from devicekit.preflight.checks import Context, all_checks, npu_operators
+from devicekit.preflight.checks import all_checks, npu_operators
+from devicekit.preflight.checks.base import Context
 from devicekit.preflight.recording import Recording
 from support.preflight_in_process import preflight_in_process
 from support.time_limit import _hard_time_limit  # noqa: F401  (autouse)

@@ -28,9 +28,10 @@ import pytest
 from devicekit.processes import STOP_GRACE_S
 from support.launchers import MAIN, PY, commands, script
 from support.paths import REPO
+from support.run_groups import Group
 from support.runs import TINY, assert_bitwise_equal, load_checkpoint
 from support.slurm import SlurmCluster
-from support.tracked import GONE_BOUND_S, Tracked, poll_until
+from support.tracked import GONE_BOUND_S, poll_until
 from trainer import state
 
 pytestmark = pytest.mark.slow
@@ -63,19 +64,6 @@ def cluster():
         yield running
 
 
-class Group:
-    """The processes and jobs of one part of the run, found by their own marker."""
-
-    def __init__(self, stack, folder):
-        self.folder = folder
-        self.tracked = stack.enter_context(Tracked(folder))
-        self.jobs = {}
-        self.procs = {}
-
-    def env(self, cluster, fault=None, **extra):
-        return cluster.env(self.tracked.env(fault, **extra))
-
-
 def _start_all(cluster, root, stack):
     groups = {name: Group(stack, root / name) for name in ("runs", "bad", *SIGNALLED)}
     runs = groups["runs"]
@@ -88,24 +76,24 @@ def _start_all(cluster, root, stack):
         ("torchrun_example", script(EXAMPLE), [*EXAMPLE_ARGS, "--out", runs.folder / "t.pt"]),
     ):
         (command,) = commands("torchrun", program, args, 2, runs.folder, name=name)
-        runs.procs[name] = runs.tracked.start(name, command.argv, runs.env(cluster))
+        runs.start(name, command.argv, cluster.env(runs.tracked.env()))
     srun = ["srun", "--kill-on-bad-exit=1"]
-    runs.procs["srun_example"] = runs.tracked.start(
+    runs.start(
         "srun_example",
         [*srun, "-N1", "-n2", PY, EXAMPLE, *EXAMPLE_ARGS, "--out", runs.folder / "s.pt"],
-        runs.env(cluster),
+        cluster.env(runs.tracked.env()),
     )
-    runs.procs["two_nodes"] = runs.tracked.start(
+    runs.start(
         "two_nodes",
         [*srun, "-N2", "--ntasks-per-node=1", PY, "main.py", *TINY]
         + ["-b", 8, "--output-dir", runs.folder / "two_nodes"],  # -b is per node: 8 x 2
-        runs.env(cluster, MASTER_ADDR="127.0.0.1"),
+        cluster.env(runs.tracked.env(MASTER_ADDR="127.0.0.1")),
     )
     runs.jobs["per_node"] = cluster.sbatch(
         ["--nodes=1", f"--output={runs.folder}/per_node.out"],
         per_node,
         [*TINY, "--output-dir", runs.folder / "per_node"],
-        runs.env(cluster, NPROC_PER_NODE=2, LOG_DIR=runs.folder / "logs", PYTHON=PY),
+        cluster.env(runs.tracked.env(NPROC_PER_NODE=2, LOG_DIR=runs.folder / "logs", PYTHON=PY)),
         REPO,
     )
     for name in SIGNALLED:
@@ -117,7 +105,7 @@ def _start_all(cluster, root, stack):
             [*ONE_TASK_PER_DEVICE, f"--output={group.folder}/{name}.out"],
             train,
             [*TINY, "--output-dir", group.folder / "out", "--save-every", SAVE_EVERY],
-            group.env(cluster, fault),
+            cluster.env(group.tracked.env(fault)),
             REPO,
         )
 
@@ -128,13 +116,13 @@ def _start_all(cluster, root, stack):
         [*ONE_TASK_PER_DEVICE, f"--output={bad.folder}/batch_only.out"],
         batch_only,
         [],
-        bad.env(cluster),
+        cluster.env(bad.tracked.env()),
         REPO,
     )
-    bad.procs["nproc"] = bad.tracked.start(
+    bad.start(
         "nproc",
         ["srun", "-N1", "-n2", PY, "-m", "devicekit", "check", "--nproc-per-node", "4"],
-        bad.env(cluster),
+        cluster.env(bad.tracked.env()),
     )
     return groups
 
@@ -177,7 +165,7 @@ def slurm_runs(cluster, tmp_path_factory):
         gone = _stop_paused_jobs(cluster, groups)
         out, jobs = {}, {}
         for group in groups.values():
-            for name in group.procs:
+            for name in group.started:
                 out[name] = group.tracked.wait(name, RUN_TIMEOUT_S)[0]
             for name, job in group.jobs.items():
                 jobs[name] = cluster.wait_for(job, RUN_TIMEOUT_S)

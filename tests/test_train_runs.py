@@ -46,7 +46,7 @@ from support.runs import (
     run_training,
     tiny_args,
 )
-from trainer import data, state
+from trainer import image_folder, state, transforms
 from trainer.demo_data import make_demo_dataset, read_marker
 from trainer.loaders import EpochSeededDataset, ShardSampler
 
@@ -266,12 +266,12 @@ def expected_accuracy(checkpoint_path, val_dir, arch="tinynet"):
         torch.load(checkpoint_path, map_location="cpu", weights_only=True)["state_dict"]
     )
     model.eval()
-    val = data.ImageFolder(val_dir, data.val_transform(32))
+    val = image_folder.ImageFolder(val_dir, transforms.val_transform(32))
     assert len(val) == SHAPES_VAL
     images = torch.stack([val[i][0] for i in range(len(val))])
     targets = torch.tensor([val[i][1] for i in range(len(val))])
     with torch.no_grad():
-        top = model(data.normalize(images)).topk(5, dim=1).indices
+        top = model(transforms.normalize(images)).topk(5, dim=1).indices
     hits = top.eq(targets.unsqueeze(1))
     return (
         100.0 * hits[:, :1].any(dim=1).sum().item() / len(val),
@@ -582,7 +582,7 @@ class _Pictures(torch.utils.data.Dataset):
             Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
             for _ in range(count)
         ]
-        self.transform = data.train_transform(32)
+        self.transform = transforms.train_transform(32)
 
     def __len__(self):
         return len(self.images)
@@ -598,7 +598,7 @@ class _Boxes(torch.utils.data.Dataset):
         return 4
 
     def __getitem__(self, index):
-        return data.RandomResizedCrop(32).box(48, 40), torch.rand(1).item()
+        return transforms.RandomResizedCrop(32).box(48, 40), torch.rand(1).item()
 
 
 def test_epoch_seeded_dataset_is_the_same_in_any_call_order():

@@ -19,7 +19,8 @@ from devicekit import LaunchOptions, UsageError, kinds
 from devicekit.environments import REFERENCE_DIST_URL, resolve_launch
 from trainer import config
 from trainer.config import DuplicateKeyError, UniqueKeyLoader
-from trainer.options import build_parser, launch_options, parse_args
+from trainer.options import build_parser, parse_args
+from trainer.options.processes import launch_options
 
 TIMEOUT_S = 120
 

@@ -1,4 +1,7 @@
-"""YAML config files merged under command-line flags."""
+"""YAML config files merged under command-line flags: reading one (safe_load, each key
+once), and its values as command-line tokens placed before the real command line."""
+
+import argparse
 
 import yaml
 
@@ -96,3 +99,86 @@ def load_config(path, known_keys):
             "use the long flag names without dashes in front, e.g. batch-size: 256"
         )
     return config
+
+
+def config_argv(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    """The YAML config at `path` as command-line tokens of `parser`'s flags, for the real
+    command line to follow (and so win): every key one of its flags' destinations but
+    help and config, every value checked against the flag's type and choices."""
+    known = {action.dest for action in parser._actions if action.dest not in ("help", "config")}
+    return _tokens(parser, load_config(path, known), path)
+
+
+def _tokens(parser, config, path):
+    """The config's values as command-line tokens, placed before the real command line so
+    that a flag given there wins. Each value is checked against its flag's type and
+    choices here, so that a bad one is named with the file and key (argparse's message
+    would name neither)."""
+    tokens = []
+    for key, value in config.items():
+        key = "data" if key == "data_dir" else key
+        where = f"--config {path!r}: {key.replace('_', '-')}:"
+        actions = [
+            action for action in parser._actions if action.dest == key and action.option_strings
+        ]
+        switches = [action for action in actions if action.nargs == 0]  # --x / --no-x
+        if switches:
+            if not isinstance(value, bool):
+                raise UsageError(f"{where} {value!r} is not true or false")
+            tokens += [_long_flag(action) for action in switches if action.const is value][:1]
+        elif value is not None and isinstance(actions[0].nargs, int):  # --x A B: a list
+            tokens += [_long_flag(actions[0]), *_config_list(actions[0], value, where)]
+        elif value is not None:
+            if isinstance(value, dict) or (
+                isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value)
+            ):
+                raise UsageError(
+                    f"{where} {value!r} is not a value for a flag: write a "
+                    "number, a word or a list of them"
+                )
+            if actions[0].type is None and not isinstance(value, str):  # a path, a name
+                raise UsageError(
+                    f"{where} {value!r} is not text: give {_long_flag(actions[0])} a string "
+                    "(in quotes where YAML would read a number or true/false)"
+                )
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            _check_config_value(actions[0], text, value, where)
+            tokens.append(f"{_long_flag(actions[0])}={text}")
+    return tokens
+
+
+def _config_list(action, value, where):
+    """The tokens for a flag that takes ``action.nargs`` values, from a YAML list."""
+    if not isinstance(value, list) or len(value) != action.nargs:
+        raise UsageError(
+            f"{where} {value!r} is not a list of {action.nargs} values, "
+            f"[{', '.join(action.metavar)}]"
+        )
+    texts = [str(item) for item in value]
+    for text, item in zip(texts, value, strict=False):
+        _check_config_value(action, text, item, where)
+    return texts
+
+
+_TYPE_NAMES = {int: "an int", float: "a number"}
+
+
+def _check_config_value(action, text, value, where):
+    """Refuse `value` (given as `text`) where `action`'s type or choices would."""
+    try:
+        converted = action.type(text) if action.type else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+        reason = (
+            f"{value!r} is not {_TYPE_NAMES[action.type]}"
+            if action.type in _TYPE_NAMES
+            else str(error)
+        )
+        raise UsageError(f"{where} {reason}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise UsageError(f"{where} {value!r} is not one of {', '.join(action.choices)}")
+
+
+def _long_flag(action):
+    return next(
+        (flag for flag in action.option_strings if flag.startswith("--")), action.option_strings[0]
+    )

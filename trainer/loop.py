@@ -4,15 +4,34 @@ Loss and accuracy are accumulated on the device and read only when a line is pri
 so the step itself never waits for the host.
 """
 
+import dataclasses
 import time
 
 import torch
 
 import devicekit
-from trainer.data import normalize
 from trainer.observe import OFF, Observer
+from trainer.transforms import normalize
 
 WARMUP_STEPS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """What the training and validation loops read: this rank's device and role, the
+    precision and memory format resolved for the device, and the run's flags that shape
+    a step."""
+
+    device: torch.device
+    is_main: bool  # rank 0: prints progress lines
+    amp: bool  # autocast on
+    channels_last: bool  # batches in channels_last memory format
+    grad_accum: int  # --grad-accum: micro-steps per optimizer step
+    clip_grad: float | None  # --clip-grad: the gradient norm's bound, or None
+    print_freq: int  # --print-freq
+    steps_per_epoch: int | None  # --steps-per-epoch: the cap on training steps, or None
+    val_steps: int | None  # --val-steps: the cap on validation steps, or None
+    save_every: int | None  # --save-every: steps between mid-epoch checkpoints, or None
 
 
 class Meter:
@@ -66,7 +85,7 @@ def train_one_epoch(
     scheduler,
     scaler,
     epoch,
-    run,
+    run: LoopSettings,
     first_step=0,
     totals=None,
     save=None,
@@ -163,7 +182,7 @@ def _optimizer_step(model, optimizer, scaler, clip_grad):
     optimizer.zero_grad(set_to_none=True)
 
 
-def validate(loader, model, criterion, run):
+def validate(loader, model, criterion, run: LoopSettings):
     """Evaluate on this rank's exact shard and all-reduce the sums: every validation sample
     counts once. Returns {"loss", "acc1", "acc5", "samples"} for the whole set."""
     model.eval()

@@ -7,13 +7,13 @@ scalars at the steps that print a progress line, per-epoch scalars at the step t
 their epoch, so both sit on one axis.
 """
 
-import argparse
 import contextlib
 import os
 from collections.abc import Iterator
 
 import devicekit
 from devicekit.errors import UsageError
+from trainer.train_config import TrainConfig
 
 PROFILE_WAIT, PROFILE_WARMUP = 1, 1  # steps skipped (loader start-up), steps warmed up
 PROFILE_FOLDER = "profile"  # under --output-dir
@@ -66,33 +66,36 @@ OFF = Observer(steps_per_epoch=1)  # records nothing: for a loop run without mai
 
 
 @contextlib.contextmanager
-def observing(args: argparse.Namespace, is_main: bool, steps_per_epoch: int) -> Iterator[Observer]:
+def observing(config: TrainConfig, is_main: bool, steps_per_epoch: int) -> Iterator[Observer]:
     """The Observer of this rank for the training loop: on rank 0, the writer and profiler
     the flags ask for, closed (events flushed, trace written) when the block ends."""
-    profile_dir = os.path.join(args.output_dir, PROFILE_FOLDER)
+    profile_dir = os.path.join(config.output_dir, PROFILE_FOLDER)
     with contextlib.ExitStack() as stack:
-        writer = stack.enter_context(_writer(args)) if is_main and args.tensorboard else None
+        writer = stack.enter_context(_writer(config)) if is_main and config.tensorboard else None
         profiler = (
             stack.enter_context(
                 devicekit.profile(
-                    profile_dir, wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=args.profile_steps
+                    profile_dir,
+                    wait=PROFILE_WAIT,
+                    warmup=PROFILE_WARMUP,
+                    active=config.profile_steps,
                 )
             )
-            if is_main and args.profile_steps
+            if is_main and config.profile_steps
             else None
         )
         yield Observer(steps_per_epoch, writer, profiler)
     if profiler is not None:
-        print(f"=> profiled {args.profile_steps} steps: trace in {profile_dir}", flush=True)
+        print(f"=> profiled {config.profile_steps} steps: trace in {profile_dir}", flush=True)
 
 
-def _writer(args: argparse.Namespace):
-    """A SummaryWriter into args.tensorboard holding the run's flags as text."""
+def _writer(config: TrainConfig):
+    """A SummaryWriter into config.tensorboard holding the run's flags as text."""
     # Imported here: a run without --tensorboard never loads tensorboard.
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(args.tensorboard)
+    writer = SummaryWriter(config.tensorboard)
     writer.add_text(
-        "config", "\n".join(f"    {key}: {value!r}" for key, value in sorted(vars(args).items()))
+        "config", "\n".join(f"    {key}: {value!r}" for key, value in sorted(vars(config).items()))
     )
     return writer

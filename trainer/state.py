@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 import devicekit
-from devicekit import checkpoint
+from devicekit import atomic_write, checkpoint, checkpoint_files
 from devicekit.errors import UsageError
 
 CHECKPOINT = "checkpoint.pth.tar"
@@ -49,17 +49,17 @@ def save(output_dir, state, is_best):
     """Write checkpoint.pth.tar, and model_best.pth.tar when `is_best` or, at an epoch's
     end, when none exists yet; each atomically."""
     path = os.path.join(output_dir, CHECKPOINT)
-    checkpoint.save_atomic(state, path)
+    checkpoint_files.save_atomic(state, path)
     best = os.path.join(output_dir, BEST)
     if is_best or (not state.get("step") and not os.path.exists(best)):
-        checkpoint.copy_atomic(path, best)
+        atomic_write.copy_atomic(path, best)
 
 
 def remove_leftovers(output_dir):
     """Remove the temporary files that checkpoint writes killed midway left in
     `output_dir` (a run SIGKILLed, a machine that lost power)."""
     for name in (CHECKPOINT, BEST):
-        checkpoint.remove_leftovers(os.path.join(output_dir, name))
+        atomic_write.remove_leftovers(os.path.join(output_dir, name))
 
 
 def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
@@ -85,7 +85,7 @@ def checkpoint_state(position, arch, model, optimizer, scheduler, scaler):
 
 def resume(path, arch, model, optimizer, scheduler, scaler):
     """Load a checkpoint into the run; returns its Position."""
-    state = checkpoint.load(path, "--resume checkpoint")
+    state = checkpoint_files.load(path, "--resume checkpoint")
     source = f"--resume {path!r}"
     required = ("epoch", "arch", "state_dict", "optimizer")
     if not isinstance(state, dict) or any(key not in state for key in required):
@@ -228,7 +228,7 @@ def check_not_finished(epoch, epochs, path):
 
 def load_pretrained(path, model):
     """Load a torchvision-format state_dict (or a checkpoint holding one) into `model`."""
-    state = checkpoint.load(path, "--pretrained file")
+    state = checkpoint_files.load(path, "--pretrained file")
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     checkpoint.load_state_dict_into(model, state, f"--pretrained {path!r}")

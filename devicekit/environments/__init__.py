@@ -1,9 +1,16 @@
 """Launch environments: what started this process, and who it is in the run.
 
-One module per environment, each a LaunchEnvironment that answers "is this mine?"
-(`detect`) and "who is this process?" (`context`). The registry is the ordered list
-ENVIRONMENTS below: the first environment whose detect() says yes describes the process.
-Adding a launcher means one module and one entry in that list.
+One module per environment, named for it (its NAME), each satisfying the LaunchEnvironment
+Protocol of devicekit.environments.base: it answers "is this mine?" (`detect`) and "who is
+this process?" (`context`). The registry is the ordered tuple ENVIRONMENTS below: the first
+environment whose detect() says yes describes the process. Adding a launcher means one
+module and one line in that tuple (docs/extending.md).
+
+Beside the environment modules: base (the Protocol), context (LaunchContext), options
+(LaunchOptions), parsing (numbers, hosts, URLs), master (where the ranks meet),
+cross_checks (ranks, options and devices that must agree), hostlist (Slurm's node lists),
+and the readings several environments share: torchrun_family (torchrun, launch, env) and
+mpi_family (mpi, mpich).
 
 The order, and why: a process started inside another launcher's job sees the variables of
 both, and the launcher that started *it* (the innermost) sets its own per process while the
@@ -28,44 +35,50 @@ outer ones' are inherited. So:
 import os
 from collections.abc import Mapping
 
-from devicekit.environments.ascend import Ascend
-from devicekit.environments.base import LaunchEnvironment
+from devicekit.environments import (
+    ascend,
+    cli,
+    deepspeed,
+    env,
+    launch,
+    mpi,
+    mpich,
+    pytorchjob,
+    rank_table,
+    single,
+    slurm,
+    spawn,
+    torchrun,
+)
+from devicekit.environments.base import LaunchEnvironment, started_by_launcher, variables_set
 from devicekit.environments.context import LaunchContext
-from devicekit.environments.deepspeed import DeepSpeed
-from devicekit.environments.distributed_launch import DistributedLaunch, pop_local_rank
-from devicekit.environments.env import EnvVariables
-from devicekit.environments.explicit import Explicit
-from devicekit.environments.mpich import Mpich
-from devicekit.environments.open_mpi import OpenMpi
+from devicekit.environments.launch import pop_local_rank
+from devicekit.environments.master import REFERENCE_DIST_URL, find_free_port
 from devicekit.environments.options import LaunchOptions
-from devicekit.environments.pytorchjob import PyTorchJob
-from devicekit.environments.rank_table import RankTable
-from devicekit.environments.reading import REFERENCE_DIST_URL, find_free_port
-from devicekit.environments.single import Single
-from devicekit.environments.slurm import Slurm
-from devicekit.environments.spawn import Spawn
-from devicekit.environments.torchrun import Torchrun
+from devicekit.environments.parsing import parse_dist_url
 from devicekit.kinds.base import DeviceKind
 
 ENVIRONMENTS: tuple[LaunchEnvironment, ...] = (
-    DeepSpeed(),
-    DistributedLaunch(),
-    Torchrun(),
-    PyTorchJob(),
-    EnvVariables(),
-    RankTable(),
-    Ascend(),
-    OpenMpi(),
-    Mpich(),
-    Slurm(),
-    Spawn(),
-    Explicit(),
-    Single(),
+    deepspeed,
+    launch,
+    torchrun,
+    pytorchjob,
+    env,
+    rank_table,
+    ascend,
+    mpi,
+    mpich,
+    slurm,
+    spawn,
+    cli,
+    single,
 )
 
 # The variables each environment reads, in detection order: what doctor reports and what
 # tests and benchmarks clear to start a process that no launcher has touched.
-VARIABLES: dict[str, tuple[str, ...]] = {env.name: tuple(env.variables) for env in ENVIRONMENTS}
+VARIABLES: dict[str, tuple[str, ...]] = {
+    environment.NAME: environment.VARIABLES for environment in ENVIRONMENTS
+}
 ALL_VARIABLES: tuple[str, ...] = tuple(
     dict.fromkeys(name for names in VARIABLES.values() for name in names)
 )
@@ -78,15 +91,15 @@ def detect(
     `single` when none does). Reads only; never raises."""
     options = options or LaunchOptions()
     environ = os.environ if environ is None else environ
-    return next(env for env in ENVIRONMENTS if env.detect(environ, options))
+    return next(environment for environment in ENVIRONMENTS if environment.detect(environ, options))
 
 
 def launcher_of(environ: Mapping[str, str] | None = None) -> str | None:
     """The name of the launcher whose variables this environment shows ("torchrun", "env",
     "slurm", ...), or None when no launcher started the process. Reads only; validates
     nothing."""
-    env = detect(LaunchOptions(), environ)
-    return env.name if env.started_by_launcher else None
+    environment = detect(LaunchOptions(), environ)
+    return environment.NAME if started_by_launcher(environment) else None
 
 
 def resolve_launch(
@@ -116,6 +129,9 @@ __all__ = [
     "detect",
     "find_free_port",
     "launcher_of",
+    "parse_dist_url",
     "pop_local_rank",
     "resolve_launch",
+    "started_by_launcher",
+    "variables_set",
 ]

@@ -3,9 +3,10 @@
 import dataclasses
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LaunchContext:
-    """Who this process is in the run, whatever started it.
+    """Who this process is in the run, whatever started it (built by keyword only: most
+    fields are ints, which a positional call could swap unnoticed).
 
     `mode` names the launch environment that produced it (devicekit.environments);
     `launcher_store` says how the process group is joined: through the store the

@@ -4,25 +4,26 @@ serves no store: the ranks meet in devicekit's rendezvous on the master."""
 
 from collections.abc import Mapping
 
-from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
-from devicekit.environments.torchrun import (
+from devicekit.environments.torchrun_family import (
     RANK_VARIABLES,
     has_rank_variables,
     rank_variables_context,
 )
 from devicekit.kinds.base import DeviceKind
 
+NAME = "env"
+VARIABLES: tuple[str, ...] = RANK_VARIABLES
 
-class EnvVariables(LaunchEnvironment):
-    name = "env"
-    variables = RANK_VARIABLES
 
-    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
-        return has_rank_variables(environ)
+def detect(environ: Mapping[str, str], options: LaunchOptions) -> bool:
+    """Whether torchrun's variables are set (by a launcher tried after torchrun's family)."""
+    return has_rank_variables(environ)
 
-    def context(
-        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
-    ) -> LaunchContext:
-        return rank_variables_context(self.name, False, options, environ, kind)
+
+def context(
+    options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+) -> LaunchContext:
+    """Who this process is, from torchrun's variables; no store is served."""
+    return rank_variables_context(options, environ, kind, name=NAME, launcher_store=False)

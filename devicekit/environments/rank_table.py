@@ -20,22 +20,25 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple, overload
 
-from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.cross_checks import check_device
+from devicekit.environments.master import DEFAULT_PORT, master
 from devicekit.environments.options import LaunchOptions
-from devicekit.environments.reading import (
-    DEFAULT_PORT,
-    check_device,
-    master,
-    read_numbers,
-    require,
-    to_int,
-)
+from devicekit.environments.parsing import read_numbers, require, to_int
 from devicekit.errors import UsageError
 from devicekit.kinds.base import DeviceKind
 from devicekit.kinds.visible import parse_ascend
 
 VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
+NAME = "rank_table"
+VARIABLES: tuple[str, ...] = (
+    "RANK_TABLE_FILE",
+    "RANK_ID",
+    "RANK_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    VISIBLE,
+)
 
 
 class Server(NamedTuple):
@@ -166,61 +169,56 @@ def read_rank_table(path: str) -> list[Server]:
     return servers
 
 
-class RankTable(LaunchEnvironment):
-    name = "rank_table"
-    variables = ("RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE", "MASTER_ADDR", "MASTER_PORT", VISIBLE)
+def detect(environ: Mapping[str, str], options: LaunchOptions) -> bool:
+    """Whether a rank table (RANK_TABLE_FILE) and this process's RANK_ID are set."""
+    return "RANK_TABLE_FILE" in environ and "RANK_ID" in environ
 
-    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
-        return "RANK_TABLE_FILE" in environ and "RANK_ID" in environ
 
-    def context(
-        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
-    ) -> LaunchContext:
-        values = read_numbers(environ, {"RANK_ID": 0, "RANK_SIZE": 1})
-        rank = require(values, "RANK_ID")
-        path = environ["RANK_TABLE_FILE"]
-        servers = read_rank_table(path)
-        world_size = sum(len(server.devices) for server in servers)
-        if values.get("RANK_SIZE", world_size) != world_size:
-            raise UsageError(
-                f"RANK_TABLE_FILE={path!r} lists {world_size} devices but "
-                f"RANK_SIZE={values['RANK_SIZE']}: under a rank table RANK_SIZE "
-                "is the number of ranks of all servers"
-            )
-        if rank >= world_size:
-            raise UsageError(
-                f"RANK_ID={rank} is not a rank_id of RANK_TABLE_FILE={path!r}: "
-                f"its ranks run from 0 to {world_size - 1}"
-            )
-        node_rank, server = next(
-            (i, server)
-            for i, server in enumerate(servers)
-            if any(r == rank for r, _ in server.devices)
+def context(
+    options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+) -> LaunchContext:
+    """Who this process is, from its entry in the rank table."""
+    values = read_numbers(environ, {"RANK_ID": 0, "RANK_SIZE": 1})
+    rank = require(values, "RANK_ID")
+    path = environ["RANK_TABLE_FILE"]
+    servers = read_rank_table(path)
+    world_size = sum(len(server.devices) for server in servers)
+    if values.get("RANK_SIZE", world_size) != world_size:
+        raise UsageError(
+            f"RANK_TABLE_FILE={path!r} lists {world_size} devices but "
+            f"RANK_SIZE={values['RANK_SIZE']}: under a rank table RANK_SIZE "
+            "is the number of ranks of all servers"
         )
-        local_rank, device_id = next(
-            (i, device) for i, (r, device) in enumerate(server.devices) if r == rank
+    if rank >= world_size:
+        raise UsageError(
+            f"RANK_ID={rank} is not a rank_id of RANK_TABLE_FILE={path!r}: "
+            f"its ranks run from 0 to {world_size - 1}"
         )
-        if options.gpu is not None:
-            device_index, source = to_int(options.gpu, options.name("gpu")), options.name("gpu")
-        else:
-            device_index, source = _visible_index(environ, device_id, rank), "device_id"
-        master_host = next(
-            server.host for server in servers if any(r == 0 for r, _ in server.devices)
-        )
-        addr, port = master(options, environ, len(servers), DEFAULT_PORT, lambda: master_host)
-        ctx = LaunchContext(
-            self.name,
-            rank,
-            local_rank,
-            world_size,
-            len(server.devices),
-            node_rank,
-            len(servers),
-            addr,
-            port,
-            device_index,
-        )
-        return check_device(ctx, kind, source)
+    node_rank, server = next(
+        (i, server) for i, server in enumerate(servers) if any(r == rank for r, _ in server.devices)
+    )
+    local_rank, device_id = next(
+        (i, device) for i, (r, device) in enumerate(server.devices) if r == rank
+    )
+    if options.gpu is not None:
+        device_index, source = to_int(options.gpu, options.name("gpu")), options.name("gpu")
+    else:
+        device_index, source = _visible_index(environ, device_id, rank), "device_id"
+    master_host = next(server.host for server in servers if any(r == 0 for r, _ in server.devices))
+    addr, port = master(options, environ, len(servers), DEFAULT_PORT, lambda: master_host)
+    ctx = LaunchContext(
+        mode=NAME,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        local_world_size=len(server.devices),
+        node_rank=node_rank,
+        nnodes=len(servers),
+        master_addr=addr,
+        master_port=port,
+        device_index=device_index,
+    )
+    return check_device(ctx, kind, source)
 
 
 def _visible_index(environ: Mapping[str, str], device_id: int, rank: int) -> int:

@@ -2,23 +2,38 @@
 
 from collections.abc import Mapping
 
-from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
+from devicekit.environments.cross_checks import check_device
+from devicekit.environments.master import DEFAULT_PORT, LOOPBACK
 from devicekit.environments.options import LaunchOptions
-from devicekit.environments.reading import DEFAULT_PORT, LOOPBACK, check_device, to_int
+from devicekit.environments.parsing import to_int
 from devicekit.kinds.base import DeviceKind
 
+NAME = "single"
+VARIABLES: tuple[str, ...] = ()
+STARTED_BY_LAUNCHER = False
 
-class Single(LaunchEnvironment):
-    name = "single"
-    started_by_launcher = False
 
-    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
-        return True
+def detect(environ: Mapping[str, str], options: LaunchOptions) -> bool:
+    """Always: one process, when nothing else describes it."""
+    return True
 
-    def context(
-        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
-    ) -> LaunchContext:
-        device_index = 0 if options.gpu is None else to_int(options.gpu, options.name("gpu"))
-        ctx = LaunchContext(self.name, 0, 0, 1, 1, 0, 1, LOOPBACK, DEFAULT_PORT, device_index)
-        return check_device(ctx, kind, options.name("gpu"))
+
+def context(
+    options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+) -> LaunchContext:
+    """The single process: rank 0 of 1, on device 0 or the one given."""
+    device_index = 0 if options.gpu is None else to_int(options.gpu, options.name("gpu"))
+    ctx = LaunchContext(
+        mode=NAME,
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        local_world_size=1,
+        node_rank=0,
+        nnodes=1,
+        master_addr=LOOPBACK,
+        master_port=DEFAULT_PORT,
+        device_index=device_index,
+    )
+    return check_device(ctx, kind, options.name("gpu"))

@@ -3,134 +3,35 @@ LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID p
 
 Its workers join the store torchrun's agent serves (env://). The reading of these
 variables is shared with torch.distributed.launch and the shell loop (`env`), which
-export the same ones.
+export the same ones (devicekit.environments.torchrun_family).
 """
 
 from collections.abc import Mapping
 
-from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
-from devicekit.environments.reading import (
-    PORT,
-    check_device,
-    check_gpu_agrees,
-    check_local_rank_agrees,
-    check_ranks,
-    listed_device,
-    read_numbers,
-    refuse_spawning,
-    require,
-    to_host,
+from devicekit.environments.torchrun_family import (
+    RANK_VARIABLES,
+    has_rank_variables,
+    rank_variables_context,
 )
-from devicekit.errors import UsageError
 from devicekit.kinds.base import DeviceKind
 
-RANK_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "NODE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-_FIX = (
-    ": the launcher must export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
-    "MASTER_PORT (torchrun does)"
+NAME = "torchrun"
+VARIABLES: tuple[str, ...] = (
+    *RANK_VARIABLES,
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
 )
 
 
-def has_rank_variables(environ: Mapping[str, str]) -> bool:
-    """Whether a launcher of the torchrun family (or one that copies it) set any of its
-    per-process variables."""
-    return any(name in environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+def detect(environ: Mapping[str, str], options: LaunchOptions) -> bool:
+    """Whether torchrun started this process: its variables and its run id."""
+    return has_rank_variables(environ) and "TORCHELASTIC_RUN_ID" in environ
 
 
-def rank_variables_context(
-    name: str,
-    launcher_store: bool,
-    options: LaunchOptions,
-    environ: Mapping[str, str],
-    kind: DeviceKind | None,
+def context(
+    options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
 ) -> LaunchContext:
-    """The context torchrun's variables describe, as environment `name`."""
-    refuse_spawning(options)
-    values = read_numbers(
-        environ,
-        {
-            "RANK": 0,
-            "WORLD_SIZE": 1,
-            "LOCAL_RANK": 0,
-            "LOCAL_WORLD_SIZE": 1,
-            "GROUP_RANK": 0,
-            "NODE_RANK": 0,
-            "MASTER_PORT": PORT,
-            "TORCHELASTIC_RESTART_COUNT": 0,
-        },
-    )
-    rank = require(values, "RANK", _FIX)
-    world_size = require(values, "WORLD_SIZE", _FIX)
-    local_name = "LOCAL_RANK"
-    if "LOCAL_RANK" in values:
-        local_rank = values["LOCAL_RANK"]
-        check_local_rank_agrees(options, local_rank)
-    elif options.local_rank is not None:
-        local_rank, local_name = options.local_rank, options.name("local_rank")
-    else:
-        raise UsageError("LOCAL_RANK is not set" + _FIX)
-    for variable in ("MASTER_ADDR", "MASTER_PORT"):
-        if not environ.get(variable):
-            raise UsageError(f"{variable} is not set" + _FIX)
-    local_world_size = values.get("LOCAL_WORLD_SIZE", world_size)
-    check_ranks(
-        rank,
-        world_size,
-        local_rank,
-        local_world_size,
-        ("RANK", "WORLD_SIZE", local_name, "LOCAL_WORLD_SIZE"),
-    )
-    nnodes = world_size // local_world_size
-    node_rank = rank // local_world_size
-    for variable in ("GROUP_RANK", "NODE_RANK"):
-        if variable in values:
-            node_rank = values[variable]
-            if node_rank >= nnodes:
-                raise UsageError(
-                    f"{variable}={node_rank} is not below the {nnodes} node(s) "
-                    f"of WORLD_SIZE={world_size} / LOCAL_WORLD_SIZE="
-                    f"{local_world_size}: node ranks run from 0 to {nnodes - 1}"
-                )
-            break
-    check_gpu_agrees(options, local_rank)
-    ctx = LaunchContext(
-        name,
-        rank,
-        local_rank,
-        world_size,
-        local_world_size,
-        node_rank,
-        nnodes,
-        to_host(environ["MASTER_ADDR"], "MASTER_ADDR"),
-        values["MASTER_PORT"],
-        listed_device(options, local_rank, "LOCAL_RANK"),
-        launcher_store=launcher_store,
-        restarts=values.get("TORCHELASTIC_RESTART_COUNT", 0),
-    )
-    return check_device(
-        ctx, kind, "LOCAL_RANK" if not options.device_list else options.name("device_list")
-    )
-
-
-class Torchrun(LaunchEnvironment):
-    name = "torchrun"
-    variables = RANK_VARIABLES + ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
-
-    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
-        return has_rank_variables(environ) and "TORCHELASTIC_RUN_ID" in environ
-
-    def context(
-        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
-    ) -> LaunchContext:
-        return rank_variables_context(self.name, True, options, environ, kind)
+    """Who this worker is, from torchrun's variables; it joins torchrun's store."""
+    return rank_variables_context(options, environ, kind, name=NAME, launcher_store=True)

@@ -1,5 +1,6 @@
 """The registry of device kinds. Adding a kind means one module and one entry here, or a
-`register_kind()` call from the user's own code."""
+`register_kind()` call from the user's own code (docs/extending.md). Which kind a process
+runs on is resolved in devicekit.kinds.resolve."""
 
 from devicekit.errors import UsageError
 from devicekit.kinds.base import AcceleratorKind, DeviceKind

@@ -4,14 +4,11 @@ import abc
 import os
 import types
 from collections.abc import Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from devicekit.errors import UsageError
-
-if TYPE_CHECKING:  # devicekit.environments imports this module
-    from devicekit.environments.context import LaunchContext
 
 _DTYPES = {
     "float16": torch.float16,
@@ -90,10 +87,6 @@ class DeviceKind(abc.ABC):
     def device(self, index: int | None = None) -> torch.device:
         """The torch.device for local device `index` (or the kind's device when None)."""
         return torch.device(self.name) if index is None else torch.device(self.name, index)
-
-    def device_for(self, ctx: "LaunchContext") -> torch.device:
-        """The torch.device the rank described by LaunchContext `ctx` computes on."""
-        return self.device(ctx.device_index) if self.is_accelerator else self.device()
 
     def set_device(self, index: int) -> None:
         """Make local device `index` this process's current device."""

@@ -1,16 +1,33 @@
 """What the test of a branch asks: "is there (or is this) an accelerator?" Shared by the
 rules that port such tests and those that leave alone what runs only under them."""
 
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
 from devicekit.port.nodes import ACCELERATOR_TYPES, code, string_value
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+
+def _is_device_only(qualified: str) -> bool:
+    """Whether `qualified` is a torch.cuda / torch.npu / torch_npu name that devicekit port
+    leaves for a manual change (an event, a device property, an NPU operator): code that
+    runs on that device only."""
+    cuda = names.cuda_twin(qualified) or qualified
+    if cuda.startswith("torch.cuda."):
+        short = cuda[len("torch.cuda.") :]
+        ported = (
+            short in names.DEVICEKIT_FUNCTIONS
+            or cuda in names.AUTOCAST | names.CUDA_GRAD_SCALER
+            or cuda == names.OUT_OF_MEMORY
+            or names.npu_setting(qualified) is not None
+        )
+        return not ported and names.manual_reason(qualified) is not None
+    return qualified.split(".")[0] == names.TORCH_NPU and qualified.startswith(
+        (f"{names.TORCH_NPU}.npu_", f"{names.TORCH_NPU}.optim", f"{names.TORCH_NPU}.profiler")
+    )
 
 
 def is_accelerator_name(node: cst.CSTNode) -> bool:
@@ -40,7 +57,7 @@ _AVAILABLE = {
 }
 
 
-def asks_for_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> bool:
+def asks_for_accelerator(port: Port, test: cst.BaseExpression) -> bool:
     """`"cuda" in device`, `device_type == "npu"`, `device.type in ("cuda",)`,
     `device.startswith("cuda")`, `torch.cuda.is_available()`, `dist.is_nccl_available()`,
     `x.is_cuda`, or their ported forms (`device_type ==
@@ -105,7 +122,7 @@ def _reports(small: cst.BaseSmallStatement) -> bool:
     )
 
 
-def skipped_elsewhere(port: "PortTransformer", node: cst.CSTNode) -> bool:
+def skipped_elsewhere(port: Port, node: cst.CSTNode) -> bool:
     """Whether `node` (of the original tree) runs only behind the script's own test for
     one device kind, left as written (`if torch.cuda.is_available(): ...`, `x if
     device.type == "cuda" else y`), whose other way does not stop the program: on another
@@ -121,7 +138,7 @@ def skipped_elsewhere(port: "PortTransformer", node: cst.CSTNode) -> bool:
     return False
 
 
-def guarded_by_accelerator(port: "PortTransformer", node: cst.CSTNode) -> bool:
+def guarded_by_accelerator(port: Port, node: cst.CSTNode) -> bool:
     """Whether `node` (of the original tree) runs only in the branch of an
     `if <accelerator test>:` (so an accelerator is there when it runs)."""
     child, parent = node, port.parent(node)
@@ -136,7 +153,7 @@ def guarded_by_accelerator(port: "PortTransformer", node: cst.CSTNode) -> bool:
     return False
 
 
-def _guarded_body(port: "PortTransformer", node: cst.CSTNode) -> cst.CSTNode | None:
+def _guarded_body(port: Port, node: cst.CSTNode) -> cst.CSTNode | None:
     """The code that runs when the test `node` is (or is part of) holds: the body of its
     `if`, `while` or conditional expression; None when `node` is no such test."""
     child, parent = node, port.parent(node)
@@ -147,7 +164,7 @@ def _guarded_body(port: "PortTransformer", node: cst.CSTNode) -> cst.CSTNode | N
     return None
 
 
-def guards_device_only_code(port: "PortTransformer", node: cst.CSTNode) -> bool:
+def guards_device_only_code(port: Port, node: cst.CSTNode) -> bool:
     """Whether the test `node` guards code that runs on one device kind only
     (`if device.type == "cuda": start = torch.cuda.Event(...)`): widened to every
     accelerator, the guard would run that code on an NPU."""
@@ -155,7 +172,7 @@ def guards_device_only_code(port: "PortTransformer", node: cst.CSTNode) -> bool:
     if body is None:
         return False
     return any(
-        names.is_device_only(name)
+        _is_device_only(name)
         for found in m.findall(body, m.Name() | m.Attribute())
         for name in port.written(found)
     )

@@ -22,8 +22,9 @@ import libcst as cst
 
 from devicekit import writable
 from devicekit.errors import EXIT_USAGE, UsageError, one_line
-from devicekit.port.engine import ParseFailure, parse, port_parsed
+from devicekit.port.engine import port_parsed
 from devicekit.port.report import FileReport, human, to_json
+from devicekit.port.source_bytes import ParseFailure, parse
 
 _SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
 

@@ -18,6 +18,7 @@ Other names are matched across the whole module, not per scope: a script that re
 name for a rank and for a device object is left alone rather than guessed at.
 """
 
+import re
 from collections import defaultdict
 
 import libcst as cst
@@ -31,6 +32,40 @@ from libcst.metadata import (
 
 from devicekit.port import names
 from devicekit.port.nodes import ACCELERATOR_TYPES, bound_args, code, string_value
+
+# Rank-like integers: `x.to(local_rank)` means `x.to("cuda:<local_rank>")`.
+_RANK_LIKE = re.compile(
+    r"^(ddp_|global_|local_)?(rank|gpu|gpus?_?id|gpu_?idx|gpu_?index|npu|npu_?id|npu_?idx"
+    r"|npu_?index|device_?id|device_?idx|device_?index|dev_?id|local_?rank|local_?gpu"
+    r"|local_?npu|local_?device)$"
+)
+# Calls whose integer result is a rank or a device index.
+_RANK_SOURCES = {
+    "torch.distributed.get_rank",
+    "torch.distributed.get_node_local_rank",
+    "torch.cuda.current_device",
+    "devicekit.rank",
+    "devicekit.local_rank",
+    "devicekit.current_device",
+}
+_RANK_VARIABLES = {
+    "RANK",
+    "LOCAL_RANK",
+    "RANK_ID",
+    "SLURM_LOCALID",
+    "SLURM_PROCID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "ASCEND_DEVICE_ID",
+    "DEVICE_ID",
+    "NPU_CALCULATE_DEVICE",
+}
+
+
+def _is_rank_like(name: str) -> bool:
+    """Whether a variable or attribute called `name` conventionally holds a rank or a
+    device index (local_rank, gpu, gpu_id, device_id, rank, ...)."""
+    return bool(_RANK_LIKE.match(name.lower()))
 
 
 def _target_name(node: cst.BaseExpression) -> str | None:
@@ -93,7 +128,7 @@ class Facts(cst.BatchableCSTVisitor):
                 self.kinds[name].add("device")
             alias = _target_name(value)
             if self._is_rank_source(value) or (  # device = rank: an alias of a rank
-                alias is not None and names.is_rank_like(alias)
+                alias is not None and _is_rank_like(alias)
             ):
                 self.kinds[name].add("rank")
 
@@ -224,7 +259,7 @@ class Facts(cst.BatchableCSTVisitor):
             return True
         if not isinstance(node, cst.Call):
             return False
-        if self.qualified(node.func) & names.RANK_SOURCES:
+        if self.qualified(node.func) & _RANK_SOURCES:
             return True
         # int(os.environ["LOCAL_RANK"]), int(os.environ.get("RANK", 0)), int(os.getenv(...))
         if isinstance(node.func, cst.Name) and node.func.value == "int" and node.args:
@@ -235,7 +270,7 @@ class Facts(cst.BatchableCSTVisitor):
                 key = string_value(index.value) if isinstance(index, cst.Index) else None
             elif isinstance(inner, cst.Call) and inner.args:
                 key = string_value(inner.args[0].value)
-            return key in names.RANK_VARIABLES
+            return key in _RANK_VARIABLES
         return False
 
     def holds_rank(self, node: cst.BaseExpression) -> bool:
@@ -248,11 +283,7 @@ class Facts(cst.BatchableCSTVisitor):
         name = _target_name(node)
         if name is None or "device" in self.kinds.get(name, ()):
             return False
-        return (
-            names.is_rank_like(name)
-            or name in self.rank_params
-            or "rank" in self.kinds.get(name, ())
-        )
+        return _is_rank_like(name) or name in self.rank_params or "rank" in self.kinds.get(name, ())
 
     def holds_device(self, node: cst.BaseExpression) -> bool:
         """Whether `node` is a name assigned a torch.device or a device string."""

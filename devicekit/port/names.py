@@ -65,53 +65,11 @@ def npu_setting(qualified: str) -> str | None:
 
 
 AUTOCAST = {"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"}
-NPU_GRAD_SCALER = {
-    "torch.npu.amp.GradScaler",
-    "torch_npu.npu.amp.GradScaler",
-    "torch.npu.amp.grad_scaler.GradScaler",
-    "torch_npu.npu.amp.grad_scaler.GradScaler",
-}
-DEVICE_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 CUDA_GRAD_SCALER = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}
-DEVICE_GRAD_SCALER = {
-    "torch.amp.GradScaler",
-    "torch.amp.grad_scaler.GradScaler",
-    "torch.GradScaler",
-}  # "cuda" unless told
-TORCH_DEVICE = {"torch.device"}
-SET_DEFAULT_DEVICE = {"torch.set_default_device"}
-INIT_PROCESS_GROUP = {
-    "torch.distributed.init_process_group",
-    "torch.distributed.new_group",
-    "torch.distributed.distributed_c10d.init_process_group",
-    "torch.distributed.distributed_c10d.new_group",
-}
-DDP = {
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-}
-FSDP = {
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-}
-FSDP_FULL_STATE_DICT_CONFIG = {
-    "torch.distributed.fsdp.FullStateDictConfig",
-    "torch.distributed.fsdp.api.FullStateDictConfig",
-}
 SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
-DESTROY = {
-    "torch.distributed.destroy_process_group",
-    "torch.distributed.distributed_c10d.destroy_process_group",
-}
 DEVICE_COUNT = "torch.cuda.device_count"
 OUT_OF_MEMORY = "torch.cuda.OutOfMemoryError"
-OS_ENVIRON = "os.environ"
-LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT")
-LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
-# Positional parameters, in order, of the calls whose arguments the rules rewrite.
-AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
-DEVICE_AUTOCAST_PARAMS = ("device_type", "dtype", "enabled", "cache_enabled")
 CUDA_GRAD_SCALER_PARAMS = (
     "init_scale",
     "growth_factor",
@@ -119,65 +77,7 @@ CUDA_GRAD_SCALER_PARAMS = (
     "growth_interval",
     "enabled",
 )
-DEVICE_GRAD_SCALER_PARAMS = ("device",) + CUDA_GRAD_SCALER_PARAMS
-NPU_GRAD_SCALER_PARAMS = (
-    "init_scale",
-    "growth_factor",
-    "backoff_factor",
-    "growth_interval",
-    "dynamic",
-    "enabled",
-)
 SPAWN_PARAMS = ("fn", "args", "nprocs", "join", "daemon", "start_method")
-DDP_PARAMS = ("module", "device_ids", "output_device")
-FSDP_PARAMS = (
-    "module",
-    "process_group",
-    "sharding_strategy",
-    "cpu_offload",
-    "auto_wrap_policy",
-    "backward_prefetch",
-    "mixed_precision",
-    "ignored_modules",
-    "param_init_fn",
-    "device_id",
-    "sync_module_states",
-)
-TORCH_DEVICE_PARAMS = ("type", "index")
-
-# Rank-like integers: `x.to(local_rank)` means `x.to("cuda:<local_rank>")`.
-_RANK_LIKE = re.compile(
-    r"^(ddp_|global_|local_)?(rank|gpu|gpus?_?id|gpu_?idx|gpu_?index|npu|npu_?id|npu_?idx"
-    r"|npu_?index|device_?id|device_?idx|device_?index|dev_?id|local_?rank|local_?gpu"
-    r"|local_?npu|local_?device)$"
-)
-# Calls whose integer result is a rank or a device index.
-RANK_SOURCES = {
-    "torch.distributed.get_rank",
-    "torch.distributed.get_node_local_rank",
-    "torch.cuda.current_device",
-    "devicekit.rank",
-    "devicekit.local_rank",
-    "devicekit.current_device",
-}
-RANK_VARIABLES = {
-    "RANK",
-    "LOCAL_RANK",
-    "RANK_ID",
-    "SLURM_LOCALID",
-    "SLURM_PROCID",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "ASCEND_DEVICE_ID",
-    "DEVICE_ID",
-    "NPU_CALCULATE_DEVICE",
-}
-
-
-def is_rank_like(name: str) -> bool:
-    """Whether a variable or attribute called `name` conventionally holds a rank or a
-    device index (local_rank, gpu, gpu_id, device_id, rank, ...)."""
-    return bool(_RANK_LIKE.match(name.lower()))
 
 
 # Constructs left alone and reported: qualified-name prefix -> (why, manual fix).
@@ -354,15 +254,7 @@ MANUAL: dict[str, tuple[str, str]] = {
     "triton": _KERNELS,
     "pynvml": _NVML,
 }
-# Modules whose import alone is reported.
-MANUAL_IMPORTS = ("apex", "cupy", "triton", "nvtx", "pynvml")
 _TENSOR_TYPE = re.compile(r"^torch\.cuda\.[A-Z][A-Za-z]*Tensor$")
-
-# Kept on purpose and reported as information.
-HARMLESS = {
-    "torch.backends.cudnn": "cuDNN settings: ignored where there is no cuDNN",
-    "torch.backends.cuda": "CUDA backend settings (TF32, SDPA kernels): ignored off CUDA",
-}
 
 
 def manual_reason(qualified: str) -> tuple[str, str] | None:
@@ -390,35 +282,6 @@ def _npu_reason(qualified: str) -> tuple[str, str]:
     if qualified.startswith(("torch_npu.profiler", "torch_npu.utils.profiler")):
         return _NPU_PROFILER
     return _NPU_UNKNOWN
-
-
-def is_device_only(qualified: str) -> bool:
-    """Whether `qualified` is a torch.cuda / torch.npu / torch_npu name that devicekit port
-    leaves for a manual change (an event, a device property, an NPU operator): code that
-    runs on that device only."""
-    cuda = cuda_twin(qualified) or qualified
-    if cuda.startswith("torch.cuda."):
-        short = cuda[len("torch.cuda.") :]
-        ported = (
-            short in DEVICEKIT_FUNCTIONS
-            or cuda in AUTOCAST | CUDA_GRAD_SCALER
-            or cuda == OUT_OF_MEMORY
-            or npu_setting(qualified) is not None
-        )
-        return not ported and manual_reason(qualified) is not None
-    return qualified.split(".")[0] == TORCH_NPU and qualified.startswith(
-        (f"{TORCH_NPU}.npu_", f"{TORCH_NPU}.optim", f"{TORCH_NPU}.profiler")
-    )
-
-
-def harmless_note(qualified: str) -> str | None:
-    """Why a kept torch.backends.* setting is harmless, or None."""
-    if manual_reason(qualified) is not None:
-        return None  # the SDPA switches act on every device
-    for prefix, note in HARMLESS.items():
-        if qualified == prefix or qualified.startswith(prefix + "."):
-            return note
-    return None
 
 
 REASONS = {

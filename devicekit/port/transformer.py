@@ -1,5 +1,6 @@
-"""The transformer: one libcst pass that offers each node to the rewrites registered in
-_plugins/ (one module per idiom) and records what they changed, left and kept.
+"""The transformer: one libcst pass that offers each node to the hooks of the rule modules
+(registry.PLUGINS, in order; rule.py says what they hold) and records what they changed,
+left and kept.
 
 Every rewrite keeps what the script computes on a GPU: `x.cuda(i)` becomes
 `x.to(devicekit.device(i))` (cuda:i there), `backend="nccl"` becomes
@@ -19,15 +20,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from devicekit.port import names
-from devicekit.port._plugins import (
-    CALL_RULES,
-    KEYWORD_RULES,
-    LEAVE_RULES,
-    REFERENCE_RULES,
-    UNPORTED_CALL_RULES,
-    LeaveResult,
-)
+from devicekit.port import names, registry
 from devicekit.port.facts import Facts
 from devicekit.port.nodes import (
     NOT_DEVICE,
@@ -41,6 +34,7 @@ from devicekit.port.nodes import (
     replace_arg_value,
 )
 from devicekit.port.report import Change, Info, Manual
+from devicekit.port.rule import LeaveResult
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
 
@@ -51,13 +45,15 @@ def _short(text: str, limit: int = 100) -> str:
 
 
 class PortTransformer(cst.CSTTransformer):
-    """Ports one module; `changes`, `manual` and `info` say what it did and left."""
+    """Ports one module with the rules of registry.PLUGINS; `changes`, `manual` and `info`
+    say what it did and left. It is the `Port` (rule.py) its rules receive."""
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, module: cst.Module, facts: Facts) -> None:
         super().__init__()
         self.module, self.facts = module, facts
+        self._hooks = registry.hooks(registry.PLUGINS)
         # id(original node) -> (line, rule, before, after, id()s of its ancestors)
         self._rewrites: dict[int, tuple[int, str, str, str, list[int]]] = {}
         self._manual: dict[tuple[int, str], Manual] = {}
@@ -219,9 +215,9 @@ class PortTransformer(cst.CSTTransformer):
         ported (None: nothing was)."""
         result, rule = updated, None
         for arg in updated.args:
-            if arg.keyword is None or arg.keyword.value not in KEYWORD_RULES:
+            if arg.keyword is None or arg.keyword.value not in self._hooks.keyword:
                 continue
-            rule_id, port_keyword = KEYWORD_RULES[arg.keyword.value]
+            rule_id, port_keyword = self._hooks.keyword[arg.keyword.value]
             ported = port_keyword(self, original, result, arg, qualified, method)
             if ported is not None:
                 result, rule = ported, rule or rule_id
@@ -258,7 +254,7 @@ class PortTransformer(cst.CSTTransformer):
         )
         return replace_arg_value(call, arg, value)
 
-    # -- dispatch to the plugins --------------------------------------------------------
+    # -- dispatch to the rules ----------------------------------------------------------
 
     # Each node type's rules return what libcst takes in its place, as the leave_* types of
     # libcst.CSTTransformer declare it, one overload per kind of node. (libcst also takes
@@ -292,13 +288,13 @@ class PortTransformer(cst.CSTTransformer):
 
     def _leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> LeaveResult:
         """The first rewrite a leave rule for this node type returns, else `updated_node`."""
-        for rule in LEAVE_RULES.get(type(original_node), ()):
+        for rule in self._hooks.leave.get(type(original_node).__name__, ()):
             result = rule(self, original_node, updated_node)
             if result is not None:
                 return result
         return updated_node
 
-    # the node types plugins register leave rules for
+    # the node types rules have leave hooks for (rule.LEAVE_TYPES)
     leave_IfExp = leave_Assign = leave_AnnAssign = leave_Return = leave_Param = _leave
     leave_Comparison = leave_Import = leave_ImportFrom = leave_Decorator = leave_Dict = _leave
     leave_Assert = leave_If = leave_SimpleStatementLine = leave_BooleanOperation = _leave
@@ -331,7 +327,7 @@ class PortTransformer(cst.CSTTransformer):
         if isinstance(parent, cst.Attribute) and parent.value is original:
             return updated  # not the end of the chain: `torch.cuda` in `torch.cuda.amp`
         for name in self.qualified(original):
-            for rule in REFERENCE_RULES:
+            for rule in self._hooks.reference:
                 result = rule(self, original, updated, name)
                 if result is not None:
                     return result
@@ -341,13 +337,13 @@ class PortTransformer(cst.CSTTransformer):
         func = original_node.func
         qualified = self.qualified(func)
         method = func.attr.value if isinstance(func, cst.Attribute) else None
-        for matches, rule in CALL_RULES:
+        for matches, rule in self._hooks.call:
             if matches(self, qualified, method):
                 result = rule(self, original_node, updated_node, qualified)
                 if result is not None:
                     return result
                 break
-        for check in UNPORTED_CALL_RULES:
+        for check in self._hooks.unported_call:
             check(self, original_node, qualified)
         ported, rule_id = self.keywords(original_node, updated_node, qualified, method)
         return updated_node if rule_id is None else self.changed(original_node, rule_id, ported)

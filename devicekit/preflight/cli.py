@@ -19,7 +19,8 @@ from pathlib import Path
 from devicekit import simulate, writable
 from devicekit.errors import ArgumentParser, UsageError
 from devicekit.preflight import npu_ops, report
-from devicekit.preflight.checks import Check, Context, Finding, all_checks, npu_operators
+from devicekit.preflight.checks import all_checks, npu_operators
+from devicekit.preflight.checks.base import Check, Context, Finding
 from devicekit.preflight.recording import Recording
 from devicekit.preflight.runner import run
 from devicekit.simulate import command
@@ -134,7 +135,7 @@ def _shown(text: str) -> str:
 
 def _check_script(path: str) -> None:
     """UsageError unless `path` is a Python file that compiles (nothing in it is run)."""
-    from devicekit.port.engine import ParseFailure, check_python
+    from devicekit.port.source_bytes import ParseFailure, check_python
 
     if os.path.isdir(path):
         raise UsageError(f"script {path!r} is a folder: name the .py file to run in it")

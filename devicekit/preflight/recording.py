@@ -17,12 +17,8 @@ reaching the device, and its shape findings are reported apart as host-side.
 import collections
 import dataclasses
 import enum
-import os
-import site
 import sys
-import sysconfig
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from types import CodeType, FrameType
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.optim.optimizer as optimizer_module
@@ -31,37 +27,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 import devicekit
+from devicekit.preflight.operators import (
+    DATA_DEPENDENT,
+    LOCAL_SCALAR,
+    SPARSE_GRADIENT,
+    argument,
+    names_device,
+    tensors,
+)
+from devicekit.preflight.sites import Site, Where
 
-# torch's and devicekit's own folders: every call goes through them, so they are never
-# the library a finding came through.
-_OURS = tuple(os.path.dirname(path) + os.sep for path in (torch.__file__, devicekit.__file__))
-# Where installed packages live: this interpreter's site folders, and any site-packages or
-# dist-packages folder (a virtual environment's, `pip install --target`'s, a distribution's).
-_INSTALLED_ROOTS = tuple(
-    dict.fromkeys(
-        folder + os.sep
-        for folder in (
-            sysconfig.get_paths()["purelib"],
-            sysconfig.get_paths()["platlib"],
-            *site.getsitepackages(),
-            site.getusersitepackages(),
-        )
-    )
-)
-_INSTALLED_FOLDERS = tuple(os.sep + name + os.sep for name in ("site-packages", "dist-packages"))
-# Frames in these folders are not the user's: a finding names the innermost frame outside
-# (torch, devicekit, the standard library and installed packages: never advice to edit one).
-_NOT_USER = _OURS + (sysconfig.get_paths()["stdlib"] + os.sep,) + _INSTALLED_ROOTS + ("<frozen ",)
-# torch code whose tensors have the parameters' shapes and stay put on the host where
-# torch keeps them (optimizer step counts): not the user's shapes, nor a sync of theirs.
-_PARAMETER_CODE = tuple(
-    os.path.join(os.path.dirname(torch.__file__), *part) + os.sep
-    for part in (("optim",), ("nn", "parallel"), ("nn", "utils"), ("distributed",))
-)
-STACK_DEPTH = 8
 SHAPES_KEPT = 12  # distinct shapes kept per line and operator
 
-Site = tuple[str, int]  # (file, line)
 Shapes = tuple[tuple[int, ...], ...]  # the shapes of one call's input tensors
 
 
@@ -110,7 +87,7 @@ class Recording:
         self,
         table: dict[tuple[str, Site], Calls],
         key: tuple[str, Site],
-        where: "Where",
+        where: Where,
         detail: str = "",
     ) -> None:
         calls = table.get(key)
@@ -119,89 +96,6 @@ class Recording:
             self.files.update(entry.rpartition(":")[0] for entry in calls.stack)
         calls.count += 1
         calls.steps.add(self.steps)
-
-
-_user_code: dict[CodeType, bool] = {}
-
-
-def is_user_file(filename: str) -> bool:
-    """Whether `filename` is the user's code (not torch's, devicekit's, the standard
-    library's or an installed package's)."""
-    return not filename.startswith(_NOT_USER) and not any(
-        folder in filename for folder in _INSTALLED_FOLDERS
-    )
-
-
-def library_path(filename: str) -> str | None:
-    """`filename` as a path inside the installed packages ("timm/utils/cuda.py"), or None
-    where it is no installed library's (the user's, the standard library's, or torch's or
-    devicekit's own, which every call goes through)."""
-    if filename.startswith(_OURS):
-        return None
-    for root in _INSTALLED_ROOTS:
-        if filename.startswith(root):
-            return filename[len(root) :]
-    for folder in _INSTALLED_FOLDERS:
-        at = filename.rfind(folder)
-        if at >= 0:
-            return filename[at + len(folder) :]
-    return None
-
-
-def _is_user(code: CodeType) -> bool:
-    mine = _user_code.get(code)
-    if mine is None:
-        mine = _user_code[code] = is_user_file(code.co_filename)
-    return mine
-
-
-class Where:
-    """The user's frame a call came from (its site), whether it came through torch code
-    that works on parameters, optimizer state or gradient buckets on the way (`internal`),
-    and the user's frames outwards, built only when a finding needs them."""
-
-    __slots__ = ("frame", "internal", "site", "start")
-
-    def __init__(self, frame: FrameType | None) -> None:
-        self.start = frame
-        internal = False
-        while frame is not None and not _is_user(frame.f_code):
-            if frame.f_code.co_filename.startswith(_PARAMETER_CODE):
-                internal = True
-            frame = frame.f_back
-        self.frame, self.internal = frame, internal
-        self.site: Site = (
-            ("<unknown>", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
-        )
-
-    def stack(self) -> tuple[str, ...]:
-        """The user's frames as "file:line", innermost first (at most STACK_DEPTH)."""
-        stack: list[str] = []
-        frame = self.frame
-        while frame is not None and len(stack) < STACK_DEPTH:
-            if _is_user(frame.f_code):
-                stack.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
-            frame = frame.f_back
-        return tuple(stack)
-
-    def via(self) -> str:
-        """The innermost line of an installed library between the call and the user's
-        frame, as "timm/utils/cuda.py:42"; "" when the user's code called torch itself."""
-        frame = self.start
-        while frame is not None and frame is not self.frame:
-            path = library_path(frame.f_code.co_filename)
-            if path is not None:
-                return f"{path}:{frame.f_lineno}"
-            frame = frame.f_back
-        return ""
-
-
-def _tensors(values: Iterable[object]) -> Iterator[torch.Tensor]:
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from _tensors(value)
 
 
 def _kept_on_host(tensor: torch.Tensor, internal: bool, on_device: WeakIdKeyDictionary) -> bool:
@@ -223,45 +117,6 @@ class Placement(enum.Enum):
     DEVICE = "device"
     HOST = "host"  # known: no device finding
     UNSEEN = "unseen"  # on tensors not seen reaching the device: its shapes are host-side
-
-
-_DATA_DEPENDENT = {
-    "aten::nonzero",
-    "aten::masked_select",
-    "aten::_unique2",
-    "aten::unique_dim",
-    "aten::unique_consecutive",
-    "aten::_unique",
-    "aten::repeat_interleave.Tensor",
-    "aten::argwhere",
-    "aten::nonzero_static",
-}
-_LOCAL_SCALAR = "aten::_local_scalar_dense"
-# Operators whose flag makes the gradient a sparse tensor: (the flag, what the user wrote).
-_SPARSE_GRADIENT = {
-    "aten::embedding": ("sparse", "nn.Embedding(sparse=True)"),
-    "aten::_embedding_bag": ("sparse", "nn.EmbeddingBag(sparse=True)"),
-    "aten::gather": ("sparse_grad", "torch.gather(sparse_grad=True)"),
-}
-
-
-def _argument(
-    func: torch._ops.OpOverload, args: tuple[object, ...], kwargs: dict[str, object], name: str
-) -> object:
-    """The value of `func`'s argument `name` in this call (its default when not passed)."""
-    if name in kwargs:
-        return kwargs[name]
-    for position, argument in enumerate(func._schema.arguments):
-        if argument.name == name:
-            return args[position] if position < len(args) else argument.default_value
-    return None
-
-
-def _names_device(args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
-    """Whether Tensor.to(*args, **kwargs) names a device (a device, its name or index, or
-    a tensor whose device to take), not only a dtype or memory format."""
-    first = args[0] if args else kwargs.get("device", kwargs.get("other"))
-    return isinstance(first, (str, int, torch.device, torch.Tensor)) and not isinstance(first, bool)
 
 
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's is unannotated
@@ -308,10 +163,10 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         name: str = func.name()  # type: ignore[no-untyped-call]  # torch's OpOverload.name
         where = Where(sys._getframe(2))
         site = where.site
-        inputs = list(_tensors(args))
+        inputs = list(tensors(args))
         if kwargs:
-            inputs += _tensors(kwargs.values())
-        outputs = list(_tensors((out,)))
+            inputs += tensors(kwargs.values())
+        outputs = list(tensors((out,)))
         float64 = reaches = off_cpu = False
         for t in inputs:
             float64 = float64 or t.dtype == torch.float64
@@ -322,7 +177,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         if reaches:
             for t in outputs:
                 self._on_device[t] = True
-        if name == _LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal, self._on_device):
+        if name == LOCAL_SCALAR and not _kept_on_host(inputs[0], where.internal, self._on_device):
             rec.note(rec.host_reads, (".item()", site), where)
         elif name == "aten::_to_copy" and off_cpu and str(kwargs.get("device")) == "cpu":
             rec.note(rec.host_reads, (".cpu()", site), where)
@@ -349,18 +204,18 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         if self._in_backward or where.internal:
             return
         device = placement is Placement.DEVICE
-        if name in _DATA_DEPENDENT or (
-            name == "aten::index.Tensor" and any(t.dtype == torch.bool for t in _tensors(args[1:2]))
+        if name in DATA_DEPENDENT or (
+            name == "aten::index.Tensor" and any(t.dtype == torch.bool for t in tensors(args[1:2]))
         ):
             rec.note(
                 rec.data_dependent if device else rec.host_side_data_dependent, (name, site), where
             )
-        sparse = _SPARSE_GRADIENT.get(name)
+        sparse = SPARSE_GRADIENT.get(name)
         if (
             sparse is not None
             and inputs[0].requires_grad
             and torch.is_grad_enabled()
-            and _argument(func, args, kwargs, sparse[0])
+            and argument(func, args, kwargs, sparse[0])
         ):
             rec.note(rec.sparse_gradients, (sparse[1], site), where)
         shapes = rec.shapes if device else rec.host_side_shapes
@@ -435,7 +290,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's i
         def to(original: Callable[..., object]) -> Callable[..., object]:
             def wrapper(tensor: torch.Tensor, *args: object, **kwargs: object) -> object:
                 moved = original(tensor, *args, **kwargs)
-                if _names_device(args, kwargs):
+                if names_device(args, kwargs):
                     recorder._on_device[moved] = True
                 return moved
 

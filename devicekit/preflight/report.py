@@ -5,7 +5,7 @@ listed torch_npu operators the script names, as one line after the summary."""
 import os
 from collections.abc import Sequence
 
-from devicekit.preflight.checks import Check, Finding, is_host_side
+from devicekit.preflight.checks.base import Check, Finding, is_host_side
 from devicekit.preflight.checks.npu_operators import Supported
 
 SHOWN_PER_KIND = 12

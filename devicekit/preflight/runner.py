@@ -13,7 +13,8 @@ import torch.multiprocessing
 from devicekit import runtime
 from devicekit.environments import ALL_VARIABLES
 from devicekit.errors import say, usage_line
-from devicekit.preflight.recording import Recorder, Recording, StopRecording, is_user_file
+from devicekit.preflight.recording import Recorder, Recording, StopRecording
+from devicekit.preflight.sites import is_user_file
 
 
 class Outcome:

@@ -1,4 +1,4 @@
-"""Write checkpoints with devicekit.checkpoint.save_atomic in a loop until killed.
+"""Write checkpoints with devicekit.checkpoint_files.save_atomic in a loop until killed.
 
     python checkpoint_writer.py TARGET PROGRESS_LOG [MEGABYTES [WRITERS]]
 
@@ -22,14 +22,14 @@ import time
 
 import torch
 
-from devicekit import checkpoint
+from devicekit import checkpoint_files
 
 
 def write_forever(target, log, megabytes):
     def say(*words):
         os.write(log, (" ".join(map(str, words + (repr(time.time()),))) + "\n").encode())
 
-    epoch = int(checkpoint.load(target)["epoch"]) if os.path.exists(target) else 0
+    epoch = int(checkpoint_files.load(target)["epoch"]) if os.path.exists(target) else 0
     numel = int(megabytes) * (1 << 20) // 4
     say("ready", epoch, os.getpid())
     while True:
@@ -40,7 +40,7 @@ def write_forever(target, log, megabytes):
             "last": torch.tensor([epoch]),
         }
         say("start", epoch)
-        checkpoint.save_atomic(state, target)
+        checkpoint_files.save_atomic(state, target)
         say("done", epoch)
 
 

@@ -143,20 +143,16 @@ def log_dir(directory):
     return Path(directory) / "logs"
 
 
-def _free_port():
-    # Imported when first needed: importing devicekit before torch would set
-    # TORCH_DEVICE_BACKEND_AUTOLOAD for every later child (see conftest).
-    from devicekit.environments import find_free_port
-
-    return find_free_port()
-
-
 def commands(launcher, program, args, nproc, directory, *, name=None, port=None, launcher_args=()):
     """The processes that start `program` (a Program, or the path of a script) with `args`
     the way `launcher` does with `nproc` ranks. `directory`: the run's folder (run_8p.sh's
     logs go to its logs/); `name`: the process's name, or the ranks' name before their
     number (default the launcher's); `port`: the master port of the per-rank and MPI
     launchers (default a free one); `launcher_args`: torchrun's own options (--max-restarts 1)."""
+    # Imported when first needed: importing devicekit before torch would set
+    # TORCH_DEVICE_BACKEND_AUTOLOAD for every later child (see conftest).
+    from devicekit.environments import find_free_port
+
     if not isinstance(program, Program):
         program = script(program)
     args = [str(arg) for arg in args]
@@ -170,7 +166,7 @@ def commands(launcher, program, args, nproc, directory, *, name=None, port=None,
         # Its static rendezvous defaults to port 29500: give it a free one. It appends
         # --local-rank=N to every worker's command line.
         argv = [PY, "-m", "torch.distributed.launch", "--nproc_per_node", str(nproc)]
-        argv += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+        argv += ["--master_addr", "127.0.0.1", "--master_port", str(find_free_port())]
         return [Command(name, [*argv, *program.target, *args], {})]
     if launcher == "spawn":
         assert program.spawn is not None, f"{program.target} cannot start ranks itself"
@@ -186,7 +182,7 @@ def commands(launcher, program, args, nproc, directory, *, name=None, port=None,
         # and meets the others in devicekit's rendezvous, at 29500 unless MASTER_PORT says
         # otherwise: a free one, so that runs side by side never meet. Both launchers pass
         # their environment on to the ranks they start on this machine.
-        env = {"MASTER_PORT": str(_free_port() if port is None else port)}
+        env = {"MASTER_PORT": str(find_free_port() if port is None else port)}
         if launcher == "openmpi":
             argv = [MPI[launcher], "-np", str(nproc), "--oversubscribe"]
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -194,7 +190,7 @@ def commands(launcher, program, args, nproc, directory, *, name=None, port=None,
             argv = [MPI[launcher], "-n", str(nproc)]
         return [Command(name, [*argv, *program.argv(*args)], env)]
     if launcher == "deepspeed":
-        argv = ["deepspeed", "--num_gpus", str(nproc), "--master_port", str(_free_port())]
+        argv = ["deepspeed", "--num_gpus", str(nproc), "--master_port", str(find_free_port())]
         return [Command(name, [*argv, *program.target, *args], {})]
     if launcher == "run_8p":
         env = {"NPROC_PER_NODE": str(nproc), "LOG_DIR": str(log_dir(directory)), "PYTHON": PY}
@@ -203,7 +199,7 @@ def commands(launcher, program, args, nproc, directory, *, name=None, port=None,
             env["SCRIPT"] = program.target[0]
         return [Command(name, ["bash", RUN_8P, *args], env)]
     assert launcher in PER_RANK, f"unknown launcher {launcher!r}"
-    port = str(_free_port() if port is None else port)
+    port = str(find_free_port() if port is None else port)
     master = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
     ranks = []
     for rank in range(nproc):

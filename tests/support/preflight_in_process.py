@@ -38,7 +38,7 @@ import torch  # before devicekit: see conftest
 
 import devicekit.__main__ as devicekit_command
 from devicekit import distributed
-from devicekit.preflight import recording
+from devicekit.preflight import recording, sites
 from invariant import working_directory
 from support.new_process import devicekit_started_with, print_warning
 
@@ -141,7 +141,7 @@ def preflight_in_process(args, cwd, env):
     threads = int(threads) if threads.isdigit() and int(threads) > 0 else None
     saved_argv, saved_path, saved_hook = sys.argv[:], sys.path[:], sys.excepthook
     saved_device_seen = recording.Recorder.device_seen
-    saved_user_code = dict(recording._user_code)
+    saved_user_code = dict(sites._user_code)
     callers = _calling_files()
     # The folders of the test process's sys.path ("" is the working directory of the moment).
     roots = {os.path.realpath(entry) for entry in sys.path if entry}
@@ -152,18 +152,16 @@ def preflight_in_process(args, cwd, env):
         stack.callback(distributed.destroy_process_group)
         # The frames below the command (this module, the test, pytest) are not the user's
         # script, as a process has no frames below it: none is recorded, scanned or shown.
-        stack.enter_context(
-            mock.patch.object(recording, "_NOT_USER", recording._NOT_USER + callers)
-        )
-        recording._user_code.clear()
+        stack.enter_context(mock.patch.object(sites, "_NOT_USER", sites._NOT_USER + callers))
+        sites._user_code.clear()
 
         @stack.callback
         def _put_back():
             sys.argv, sys.path[:] = saved_argv, saved_path
             sys.excepthook = saved_hook  # init_process_group wraps it, and never unwraps it
             recording.Recorder.device_seen = saved_device_seen
-            recording._user_code.clear()
-            recording._user_code.update(saved_user_code)
+            sites._user_code.clear()
+            sites._user_code.update(saved_user_code)
 
         stack.enter_context(_script_modules_dropped(roots))
         sys.argv = [devicekit_command.__file__, "preflight", *argv]

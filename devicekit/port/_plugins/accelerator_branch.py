@@ -23,23 +23,19 @@ ported). A comparison with a backend name (`backend == "nccl"`), an indexed devi
 be read from it alone.
 """
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
-from devicekit.port._plugins import call, leave
 from devicekit.port.branches import (
     guards_device_only_code,
     is_accelerator_name,
     lists_an_accelerator,
 )
 from devicekit.port.nodes import ACCELERATOR_TYPES, BACKENDS, devicekit_call, string_value
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
-
-_RULE = "accelerator-branch"
+RULES = ("accelerator-branch",)
+_RULE = RULES[0]
 _INDEXED = tuple(f"{kind}:" for kind in ACCELERATOR_TYPES)  # `device.startswith("cuda:")`
 _MANUAL = (
     "a comparison with a backend or an indexed device name: what it asks cannot be read from it",
@@ -67,9 +63,16 @@ def _asks(value: cst.BaseExpression, negated: bool, like: cst.BaseExpression) ->
     return asked.with_changes(lpar=like.lpar, rpar=like.rpar)
 
 
-@leave(cst.Comparison)
-def comparison(
-    port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
+def leave_Comparison(
+    port: Port, original: cst.Comparison, updated: cst.Comparison
+) -> cst.BaseExpression | None:
+    """A comparison with a device name, then a membership in a list of device types."""
+    ported = _comparison(port, original, updated)
+    return _membership(port, original, updated) if ported is None else ported
+
+
+def _comparison(
+    port: Port, original: cst.Comparison, updated: cst.Comparison
 ) -> cst.BaseExpression | None:
     """ "cuda" in device -> devicekit.is_accelerator(device); device_type == "cuda" ->
     device_type == devicekit.accelerator_type()."""
@@ -106,9 +109,8 @@ def comparison(
     return None
 
 
-@leave(cst.Comparison)
-def membership(
-    port: "PortTransformer", original: cst.Comparison, updated: cst.Comparison
+def _membership(
+    port: Port, original: cst.Comparison, updated: cst.Comparison
 ) -> cst.Comparison | None:
     """device.type in ("cuda",) -> device.type in (devicekit.accelerator_type(),)."""
     if len(original.comparisons) != 1 or guards_device_only_code(port, original):
@@ -135,9 +137,12 @@ def membership(
     )
 
 
-@call(lambda port, qualified, method: method == "startswith")
-def startswith(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return method == "startswith"
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.BaseExpression | None:
     """device.startswith("cuda") -> devicekit.is_accelerator(device)."""
     if (

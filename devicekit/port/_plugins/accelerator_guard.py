@@ -12,26 +12,22 @@ was ported:
   the setup alone.
 """
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port._plugins import leave
 from devicekit.port.branches import guards_device_only_code, only_stops
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
-
-_RULE = "accelerator-guard"
+RULES = ("accelerator-guard",)
+_RULE = RULES[0]
 _AVAILABLE = "torch.cuda.is_available"  # torch.npu's is its twin
 _COUNT = "torch.cuda.device_count"
 
 
-def _is_call_of(port: "PortTransformer", node: cst.CSTNode, name: str) -> bool:
+def _is_call_of(port: Port, node: cst.CSTNode, name: str) -> bool:
     return isinstance(node, cst.Call) and name in port.qualified(node.func)
 
 
-def _demands_accelerator(port: "PortTransformer", test: cst.BaseExpression) -> bool:
+def _demands_accelerator(port: Port, test: cst.BaseExpression) -> bool:
     """`torch.cuda.is_available()`, `torch.cuda.device_count() > 0` (or `>= 1`)."""
     if _is_call_of(port, test, _AVAILABLE):
         return True
@@ -57,9 +53,8 @@ def _statements(block: cst.BaseSuite) -> list[cst.SimpleStatementLine | cst.Base
     ]
 
 
-@leave(cst.Assert)
-def assertion(
-    port: "PortTransformer", original: cst.Assert, updated: cst.Assert
+def leave_Assert(
+    port: Port, original: cst.Assert, updated: cst.Assert
 ) -> cst.RemovalSentinel | None:
     """assert torch.cuda.is_available(), "...": removed."""
     if not _demands_accelerator(port, original.test):
@@ -67,9 +62,8 @@ def assertion(
     return port.removed(original, _RULE)
 
 
-@leave(cst.If)
-def if_statement(
-    port: "PortTransformer", original: cst.If, updated: cst.If
+def leave_If(
+    port: Port, original: cst.If, updated: cst.If
 ) -> cst.RemovalSentinel | cst.Else | cst.FlattenSentinel[cst.BaseStatement] | None:
     """if not torch.cuda.is_available(): exit: removed; an available-or-exit branch: its
     setup, unconditional."""

@@ -12,12 +12,9 @@ a file that trains (calls `.backward`) and names no loss scaler (nothing called
 `*scaler*`, no apex `scale_loss`) is also reported: fp16 gradients underflow without
 loss scaling, on an NPU as on a GPU."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
 from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import (
     bound_args,
     code,
@@ -26,9 +23,14 @@ from devicekit.port.nodes import (
     keyword,
     parse_device_string,
 )
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("autocast",)
+
+_DEVICE_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+# The positional parameters, in order, of the two autocasts.
+_AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
+_DEVICE_AUTOCAST_PARAMS = ("device_type", "dtype", "enabled", "cache_enabled")
 
 _UNSCALED = (
     "autocasts in float16 on a GPU or an NPU, and nothing in this file builds or calls a "
@@ -40,18 +42,21 @@ _UNSCALED = (
 )
 
 
-@call(lambda port, qualified, method: bool(qualified & (names.AUTOCAST | names.DEVICE_AUTOCAST)))
-def autocast(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & (names.AUTOCAST | _DEVICE_AUTOCAST))
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """torch.cuda.amp.autocast(...), torch.autocast("cuda", ...) -> devicekit.autocast(
     enabled=... or devicekit.is_available(), dtype=...)."""
-    params = names.AUTOCAST_PARAMS if qualified & names.AUTOCAST else names.DEVICE_AUTOCAST_PARAMS
+    params = _AUTOCAST_PARAMS if qualified & names.AUTOCAST else _DEVICE_AUTOCAST_PARAMS
     bound = bound_args(updated, params)
     if len(bound) != len(updated.args):
         port.report(original, names.REASONS["autocast-args"])
         return updated
-    if params is names.DEVICE_AUTOCAST_PARAMS:
+    if params is _DEVICE_AUTOCAST_PARAMS:
         device = bound.get("device_type")
         if device is None or not (
             parse_device_string(device.value) is None

@@ -5,16 +5,13 @@ machine; so the rewrites inside it are undone and the whole expression is one it
 (`torch.cuda.is_available() and torch.cuda.is_bf16_supported()` is ported whole: devicekit
 answers both.)"""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import leave
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ()  # it rewrites nothing: it reports, and undoes the rewrites inside
 
 _WHY_FIX = (
     "part of this question is a device property devicekit does not answer; ported "
@@ -24,7 +21,7 @@ _WHY_FIX = (
 )
 
 
-def _asks_a_property(port: "PortTransformer", call: cst.Call) -> bool:
+def _asks_a_property(port: Port, call: cst.Call) -> bool:
     for name in port.qualified(call.func):
         cuda = names.cuda_twin(name) or name
         if (
@@ -36,9 +33,8 @@ def _asks_a_property(port: "PortTransformer", call: cst.Call) -> bool:
     return False
 
 
-@leave(cst.BooleanOperation)
-def capability_question(
-    port: "PortTransformer", original: cst.BooleanOperation, updated: cst.BooleanOperation
+def leave_BooleanOperation(
+    port: Port, original: cst.BooleanOperation, updated: cst.BooleanOperation
 ) -> cst.BooleanOperation | None:
     """is_available() and get_device_capability() >= (8, 0): left whole, reported."""
     if isinstance(port.parent(original), cst.BooleanOperation):

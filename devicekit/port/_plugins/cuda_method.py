@@ -2,27 +2,21 @@
 Ascend's `x.npu()` & co. -> `x.to(devicekit.device(i), non_blocking=True)`. A
 `.cuda(*args)` whose arguments cannot be read is reported for a manual change."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import NOT_DEVICE, bound_args, device_call, keyword, parse_device_string
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("cuda-method",)
 
 
-@call(
-    lambda port, qualified, method: (
-        method in ("cuda", "npu") and not qualified & {"torch.cuda", "torch.npu"}
-    )
-)
-def cuda_method(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
-) -> cst.Call:
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return method in ("cuda", "npu") and not qualified & {"torch.cuda", "torch.npu"}
+
+
+def on_call(port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]) -> cst.Call:
     """x.cuda(), x.cuda(i), x.cuda(i, non_blocking=True) -> x.to(devicekit.device(i), ...)."""
     bound = bound_args(updated, ("device", "non_blocking", "memory_format"))
     if len(bound) != len(updated.args):

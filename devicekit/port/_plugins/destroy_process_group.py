@@ -2,21 +2,25 @@
 `devicekit.destroy_process_group()`: the same, and it lets gloo's worker threads finish
 before the interpreter exits (else a finished CPU run can still abort at exit)."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import devicekit_call
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("destroy-process-group",)
+
+_DESTROY = {
+    "torch.distributed.destroy_process_group",
+    "torch.distributed.distributed_c10d.destroy_process_group",
+}
 
 
-@call(lambda port, qualified, method: bool(qualified & names.DESTROY))
-def destroy_process_group(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & _DESTROY)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """destroy_process_group() -> devicekit.destroy_process_group()."""
     if updated.args:

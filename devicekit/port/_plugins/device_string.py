@@ -9,21 +9,15 @@
   devicekit.device_type())`.
 """
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port._plugins import leave
 from devicekit.port.nodes import is_devicekit_call, string_value
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("device-string", "device-if-available")
 
 
-@leave(cst.IfExp)
-def conditional(
-    port: "PortTransformer", original: cst.IfExp, updated: cst.IfExp
-) -> cst.BaseExpression | None:
+def leave_IfExp(port: Port, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression | None:
     """ "cuda" if torch.cuda.is_available() else "cpu" -> devicekit.device_type()."""
     body = port.value(original.body, updated.body, "string")
     orelse = port.value(original.orelse, updated.orelse, "string")
@@ -44,10 +38,7 @@ def conditional(
 _Valued = cst.Assign | cst.AnnAssign | cst.Return
 
 
-@leave(cst.Assign)
-@leave(cst.AnnAssign)
-@leave(cst.Return)
-def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> _Valued | None:
+def leave_Assign(port: Port, original: _Valued, updated: _Valued) -> _Valued | None:
     """device = "cuda" -> device = devicekit.device_type() (also annotated, or returned)."""
     if original.value is None or updated.value is None:
         return None
@@ -59,8 +50,10 @@ def assigned(port: "PortTransformer", original: _Valued, updated: _Valued) -> _V
     )
 
 
-@leave(cst.Param)
-def default(port: "PortTransformer", original: cst.Param, updated: cst.Param) -> cst.Param | None:
+leave_AnnAssign = leave_Return = leave_Assign
+
+
+def leave_Param(port: Port, original: cst.Param, updated: cst.Param) -> cst.Param | None:
     """def run(device="cuda") -> def run(device=devicekit.device_type())."""
     if original.default is None or updated.default is None:
         return None

@@ -5,20 +5,34 @@ and syncs module states where there is an accelerator (FSDP broadcasts them from
 accelerators only; CPU ranks start from their own, equally seeded, initialization):
 `device_id=devicekit.device(), sync_module_states=devicekit.is_available()`."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import bound_args, device_call, is_devicekit_call, replace_arg_value
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("fsdp-device-id",)
+
+_FSDP = {
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+}
+_FSDP_PARAMS = (
+    "module",
+    "process_group",
+    "sharding_strategy",
+    "cpu_offload",
+    "auto_wrap_policy",
+    "backward_prefetch",
+    "mixed_precision",
+    "ignored_modules",
+    "param_init_fn",
+    "device_id",
+    "sync_module_states",
+)
 
 
 def _on_this_device(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, arg: cst.Arg | None
+    port: Port, original: cst.Call, updated: cst.Call, arg: cst.Arg | None
 ) -> cst.Call:
     if arg is None:
         return updated
@@ -27,17 +41,20 @@ def _on_this_device(
     return port.port_arg(original, updated, arg, "device", allow_int=True) or updated
 
 
-@call(lambda port, qualified, method: bool(qualified & names.FSDP))
-def fsdp_device_id(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & _FSDP)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """FSDP(model, device_id=torch.cuda.current_device(), sync_module_states=True) ->
     FSDP(model, device_id=devicekit.device(), sync_module_states=devicekit.is_available())."""
     result = _on_this_device(
-        port, original, updated, bound_args(updated, names.FSDP_PARAMS).get("device_id")
+        port, original, updated, bound_args(updated, _FSDP_PARAMS).get("device_id")
     )
     result = port.accelerator_flag(
-        result, bound_args(result, names.FSDP_PARAMS).get("sync_module_states")
+        result, bound_args(result, _FSDP_PARAMS).get("sync_module_states")
     )
     if result is updated:
         return None

@@ -4,21 +4,25 @@ weights are on the host already, and FSDP's offload frees them before they are r
 ("out of bounds for storage of size 0"):
 `FullStateDictConfig(offload_to_cpu=devicekit.is_available(), rank0_only=True)`."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import bound_args
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("fsdp-state-dict-offload",)
+
+_FSDP_FULL_STATE_DICT_CONFIG = {
+    "torch.distributed.fsdp.FullStateDictConfig",
+    "torch.distributed.fsdp.api.FullStateDictConfig",
+}
 
 
-@call(lambda port, qualified, method: bool(qualified & names.FSDP_FULL_STATE_DICT_CONFIG))
-def fsdp_state_dict_offload(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & _FSDP_FULL_STATE_DICT_CONFIG)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """FullStateDictConfig(offload_to_cpu=True) ->
     FullStateDictConfig(offload_to_cpu=devicekit.is_available())."""

@@ -4,36 +4,53 @@ on a GPU or an NPU, as before. Arguments that cannot be read, and torch_npu's st
 scaling (`dynamic=False`), are reported for a manual change; a scaler for another device is
 left alone."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import bound_args, devicekit_call, keyword, parse_device_string
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("grad-scaler",)
 
-
-@call(
-    lambda port, qualified, method: bool(
-        qualified & (names.CUDA_GRAD_SCALER | names.DEVICE_GRAD_SCALER)
-    )
+_NPU_GRAD_SCALER = {
+    "torch.npu.amp.GradScaler",
+    "torch_npu.npu.amp.GradScaler",
+    "torch.npu.amp.grad_scaler.GradScaler",
+    "torch_npu.npu.amp.grad_scaler.GradScaler",
+}
+_DEVICE_GRAD_SCALER = {
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.GradScaler",
+}  # "cuda" unless told
+_DEVICE_GRAD_SCALER_PARAMS = ("device",) + names.CUDA_GRAD_SCALER_PARAMS
+_NPU_GRAD_SCALER_PARAMS = (
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "dynamic",
+    "enabled",
 )
-def grad_scaler(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+
+
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & (names.CUDA_GRAD_SCALER | _DEVICE_GRAD_SCALER))
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """torch.cuda.amp.GradScaler(...), torch.amp.GradScaler("cuda", ...) ->
     devicekit.GradScaler(enabled=True, ...)."""
     params: tuple[str, ...]
-    if qualified & names.NPU_GRAD_SCALER:
-        params = names.NPU_GRAD_SCALER_PARAMS
+    if qualified & _NPU_GRAD_SCALER:
+        params = _NPU_GRAD_SCALER_PARAMS
     elif qualified & names.CUDA_GRAD_SCALER:
         params = names.CUDA_GRAD_SCALER_PARAMS
     else:
-        params = names.DEVICE_GRAD_SCALER_PARAMS
+        params = _DEVICE_GRAD_SCALER_PARAMS
     bound = bound_args(updated, params)
     dynamic = bound.pop("dynamic", None)  # torch_npu's; True is every scaler's behaviour
     if len(bound) + (dynamic is not None) != len(updated.args) or (

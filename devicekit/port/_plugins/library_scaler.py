@@ -7,22 +7,22 @@ warning that is easy to miss, and an NPU trains fp16 with no loss scaling. timm 
 `device=` from 1.0.12 (October 2024); an older timm refuses the argument at once
 (TypeError), which says to upgrade, rather than train unscaled."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port._plugins import call
 from devicekit.port.nodes import devicekit_call, keyword
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("library-scaler",)
 
 _TIMM_NATIVE_SCALER = {"timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler"}
 
 
-@call(lambda port, qualified, method: bool(qualified & _TIMM_NATIVE_SCALER))
-def timm_native_scaler(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & _TIMM_NATIVE_SCALER)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """NativeScaler() -> NativeScaler(device=devicekit.device_type())."""
     if updated.args:

@@ -1,30 +1,31 @@
 """Rule `local-rank-alias`: `parser.add_argument("--local_rank", ...)` also accepts
 "--local-rank" (and the other way round): torch.distributed.launch passes one, older docs
-the other. Its keyword arguments are ported as well (see argparse_default)."""
-
-from typing import TYPE_CHECKING
+the other. Its keyword arguments are ported as well (see keyword_arguments)."""
 
 import libcst as cst
 
-from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import string_value, with_arg_after
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("local-rank-alias",)
+
+_LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
 
-@call(lambda port, qualified, method: method == "add_argument")
-def local_rank_alias(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return method == "add_argument"
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """parser.add_argument("--local_rank", ...) -> add_argument("--local_rank",
     "--local-rank", ...), unless the script defines both already."""
     flags = {string_value(a.value): a for a in updated.args if a.keyword is None}
-    present = [f for f in names.LOCAL_RANK_FLAGS if f in flags]
-    if len(present) != 1 or set(names.LOCAL_RANK_FLAGS) <= port.facts.flags:
+    present = [f for f in _LOCAL_RANK_FLAGS if f in flags]
+    if len(present) != 1 or set(_LOCAL_RANK_FLAGS) <= port.facts.flags:
         return None
-    missing = next(f for f in names.LOCAL_RANK_FLAGS if f not in flags)
+    missing = next(f for f in _LOCAL_RANK_FLAGS if f not in flags)
     result, _ = port.keywords(original, updated, qualified, "add_argument")
     anchor, flag = next(
         (a, a.value)

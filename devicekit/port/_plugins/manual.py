@@ -12,21 +12,22 @@ torch.cuda.get_device_name()`), unless the test's other way stops the program; a
 uses of a package every import of which has an `except ImportError` fallback (`try: from
 apex import amp` / `except ImportError: amp = None`)."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import leave, npu_setting, reference, unported_call
+from devicekit.port._plugins import npu_setting
 from devicekit.port.branches import skipped_elsewhere
 from devicekit.port.nodes import code
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ()  # it rewrites nothing: it reports
+
+# Modules whose import alone is reported.
+_MANUAL_IMPORTS = ("apex", "cupy", "triton", "nvtx", "pynvml")
 
 
-def _report(port: "PortTransformer", node: cst.CSTNode, name: str) -> None:
+def _report(port: Port, node: cst.CSTNode, name: str) -> None:
     """Report `node`, which refers to `name`, with why and how to change it by hand."""
     reason = names.manual_reason(name)
     if reason is not None:
@@ -39,11 +40,11 @@ _OPTIONAL = (
 )
 
 
-def _optional_package(port: "PortTransformer", name: str) -> str | None:
+def _optional_package(port: Port, name: str) -> str | None:
     """The CUDA-only package `name` belongs to, when every import of it in this file has
     its own fallback (timm's `try: from apex import amp` / `except ImportError:`)."""
     package = name.split(".")[0]
-    if package not in names.MANUAL_IMPORTS:
+    if package not in _MANUAL_IMPORTS:
         return None
     imports = [
         node
@@ -61,12 +62,12 @@ def _modules(node: cst.CSTNode) -> list[str]:
     return []
 
 
-def _report_import(port: "PortTransformer", node: cst.CSTNode, module: str) -> None:
-    if module.split(".")[0] in names.MANUAL_IMPORTS and not _falls_back(port, node):
+def _report_import(port: Port, node: cst.CSTNode, module: str) -> None:
+    if module.split(".")[0] in _MANUAL_IMPORTS and not _falls_back(port, node):
         _report(port, node, module)
 
 
-def _falls_back(port: "PortTransformer", node: cst.CSTNode) -> bool:
+def _falls_back(port: Port, node: cst.CSTNode) -> bool:
     """Whether the import `node` stands in a `try:` whose `except ImportError` (or
     ModuleNotFoundError, or a bare `except`) gives the script a way on without it."""
     child, parent = node, port.parent(node)
@@ -91,35 +92,31 @@ def _falls_back(port: "PortTransformer", node: cst.CSTNode) -> bool:
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception"}
 
 
-@leave(cst.Import)
-def import_statement(port: "PortTransformer", original: cst.Import, updated: cst.Import) -> None:
+def leave_Import(port: Port, original: cst.Import, updated: cst.Import) -> None:
     """`import cupy`, `import apex.amp`."""
     for alias in original.names:
         _report_import(port, original, code(alias.name))
 
 
-@leave(cst.ImportFrom)
-def import_from(port: "PortTransformer", original: cst.ImportFrom, updated: cst.ImportFrom) -> None:
+def leave_ImportFrom(port: Port, original: cst.ImportFrom, updated: cst.ImportFrom) -> None:
     """`from apex import amp`."""
     if original.module is not None and not original.relative:
         _report_import(port, original, code(original.module))
 
 
-@leave(cst.Decorator)
-def decorator(port: "PortTransformer", original: cst.Decorator, updated: cst.Decorator) -> None:
+def leave_Decorator(port: Port, original: cst.Decorator, updated: cst.Decorator) -> None:
     """`@triton.jit`, `@triton.autotune(...)`."""
     target = original.decorator
     target = target.func if isinstance(target, cst.Call) else target
     for name in port.qualified(target):
-        if name.split(".")[0] in names.MANUAL_IMPORTS:
+        if name.split(".")[0] in _MANUAL_IMPORTS:
             _report(port, original, name)
 
 
 _DEVICE_MODULES = ("torch.cuda.", "torch.npu.", "torch_npu.npu.")
 
 
-@unported_call
-def manual_call(port: "PortTransformer", original: cst.Call, qualified: set[str]) -> None:
+def on_unported_call(port: Port, original: cst.Call, qualified: set[str]) -> None:
     """`torch.nn.DataParallel(model)`, `torch.utils.cpp_extension.load(...)`,
     `torch_npu.npu_format_cast(...)`."""
     if m.matches(original.func, m.Attribute(value=m.Call())):
@@ -159,15 +156,14 @@ def _combines_ddp(call: cst.Call) -> bool:
     )
 
 
-@reference
-def device_module(
-    port: "PortTransformer",
+def on_reference(
+    port: Port,
     original: cst.Name | cst.Attribute,
     updated: cst.BaseExpression,
     name: str,
 ) -> None:
     """`torch.cuda.Event(...)`, `torch.npu.get_device_name()`: the call, or the name where
-    it is not called. Registered last: what an earlier rule ported is not reported."""
+    it is not called. Last in PLUGINS: what an earlier rule ported is not reported."""
     if not name.startswith(_DEVICE_MODULES) or port.is_twin(original, name):
         return  # an Ascend name is reported as itself, not as its CUDA twin
     if m.matches(original, m.Attribute(value=m.Call())):

@@ -2,16 +2,15 @@
 `os.environ.setdefault("MASTER_ADDR", "localhost")` (and MASTER_PORT): a launcher that
 sets the rendezvous address (torchrun) keeps it; the script's value remains the default."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port import names
-from devicekit.port._plugins import leave
 from devicekit.port.nodes import code, string_value
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("master-env-setdefault",)
+
+_OS_ENVIRON = "os.environ"
+_LAUNCHER_OWNED = ("MASTER_ADDR", "MASTER_PORT")
 
 
 def _item(node: cst.Assign) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
@@ -24,22 +23,19 @@ def _item(node: cst.Assign) -> tuple[cst.BaseExpression, cst.BaseExpression] | N
     return target.value, target.slice[0].slice.value
 
 
-def _launcher_variable(port: "PortTransformer", node: cst.Assign) -> str | None:
+def _launcher_variable(port: Port, node: cst.Assign) -> str | None:
     """ "MASTER_ADDR"/"MASTER_PORT" for `os.environ[...] = value`, else None."""
     item = _item(node)
     if item is None:
         return None
     mapping, key = item
-    if names.OS_ENVIRON not in port.qualified(mapping) and code(mapping) != names.OS_ENVIRON:
+    if _OS_ENVIRON not in port.qualified(mapping) and code(mapping) != _OS_ENVIRON:
         return None
     variable = string_value(key)
-    return variable if variable in names.LAUNCHER_OWNED else None
+    return variable if variable in _LAUNCHER_OWNED else None
 
 
-@leave(cst.Assign)
-def master_env_setdefault(
-    port: "PortTransformer", original: cst.Assign, updated: cst.Assign
-) -> cst.Expr | None:
+def leave_Assign(port: Port, original: cst.Assign, updated: cst.Assign) -> cst.Expr | None:
     """os.environ["MASTER_PORT"] = value -> os.environ.setdefault("MASTER_PORT", value)."""
     item = _item(updated)
     if _launcher_variable(port, original) is None or item is None:

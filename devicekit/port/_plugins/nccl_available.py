@@ -7,16 +7,13 @@ gloo, which has no NPU collectives (`No backend type associated with device type
 What it means is "does this machine have the accelerator whose backend I want", which
 devicekit answers on every kind. Left alone where it guards code for CUDA only."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port._plugins import call
 from devicekit.port.branches import guards_device_only_code
 from devicekit.port.nodes import devicekit_call
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("nccl-available",)
 
 _NCCL_AVAILABLE = {
     "torch.distributed.is_nccl_available",
@@ -24,9 +21,12 @@ _NCCL_AVAILABLE = {
 }
 
 
-@call(lambda port, qualified, method: bool(qualified & _NCCL_AVAILABLE))
-def nccl_available(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & _NCCL_AVAILABLE)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """dist.is_nccl_available() -> devicekit.is_available()."""
     if updated.args or guards_device_only_code(port, original):

@@ -6,17 +6,14 @@ NPU as before (devicekit has imported torch_npu there), elsewhere not at all, wh
 torch.npu does not exist. Inside a larger expression it is reported for a manual change.
 """
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import leave
 from devicekit.port.nodes import DEVICE_TYPE_GUARD, devicekit_call
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("npu-setting",)
 
 
 def _target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:
@@ -28,13 +25,13 @@ def _target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:
     return None
 
 
-def _guarded_already(port: "PortTransformer", line: cst.SimpleStatementLine) -> bool:
+def _guarded_already(port: Port, line: cst.SimpleStatementLine) -> bool:
     block = port.parent(line)
     statement = port.parent(block) if block is not None else None
     return isinstance(statement, cst.If) and m.matches(statement.test, DEVICE_TYPE_GUARD)
 
 
-def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> str | None:
+def _setting(port: Port, line: cst.SimpleStatementLine) -> str | None:
     """ "set_compile_mode" & co. for a line that is one NPU setting, else None."""
     target = _target(line.body[0]) if len(line.body) == 1 else None
     if target is None:
@@ -43,7 +40,7 @@ def _setting(port: "PortTransformer", line: cst.SimpleStatementLine) -> str | No
     return next((short for short in found if short), None)
 
 
-def is_guarded(port: "PortTransformer", node: cst.CSTNode) -> bool:
+def is_guarded(port: Port, node: cst.CSTNode) -> bool:
     """Whether `node` (a name or attribute) is the setting a line of its own makes, which
     this rule guards."""
     line = port.parent(port.statement_of(node))
@@ -54,9 +51,8 @@ def is_guarded(port: "PortTransformer", node: cst.CSTNode) -> bool:
     )
 
 
-@leave(cst.SimpleStatementLine)
-def npu_setting(
-    port: "PortTransformer", original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+def leave_SimpleStatementLine(
+    port: Port, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
 ) -> cst.If | None:
     """torch.npu.set_compile_mode(jit_compile=False) -> the same, under
     `if devicekit.device_type() == "npu":`."""

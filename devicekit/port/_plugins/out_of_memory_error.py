@@ -2,21 +2,17 @@
 which every device raises. Spelled otherwise (imported under its own name, say), it is
 reported for a manual change (see manual)."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import reference
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("out-of-memory-error",)
 
 
-@reference
-def out_of_memory_error(
-    port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
+def on_reference(
+    port: Port, original: cst.BaseExpression, updated: cst.BaseExpression, name: str
 ) -> cst.Attribute | None:
     """torch.cuda.OutOfMemoryError -> torch.OutOfMemoryError."""
     if (

@@ -1,37 +1,32 @@
 """Pinned memory, which fails where no accelerator is present:
 
-- rule `pin-memory`: `DataLoader(..., pin_memory=True)` ->
-  `DataLoader(..., pin_memory=devicekit.pin_memory())`, and its `pin_memory_device="cuda"`
-  (or "npu") -> `pin_memory_device=devicekit.device_type()`; the same in a dict of
-  DataLoader arguments (`{"pin_memory": True, "pin_memory_device": "cuda"}`, passed on as
-  `**kwargs`);
+- rule `pin-memory`: a dict of DataLoader arguments (`{"pin_memory": True,
+  "pin_memory_device": "cuda"}`, passed on as `**kwargs`) -> `{"pin_memory":
+  devicekit.pin_memory(), "pin_memory_device": devicekit.device_type()}`, as
+  keyword_arguments ports them in a call (`DataLoader(..., pin_memory=True)`);
 - rule `pin-memory-call`: `x.pin_memory()` -> `(x.pin_memory() if devicekit.pin_memory()
   else x)`; on anything but a name or an attribute it is reported for a manual change.
   Under `if device_type == "cuda":` (ported to `devicekit.is_accelerator(device_type)`)
   it is left as it is: an accelerator is there.
 """
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import call, keyword, leave
 from devicekit.port.branches import guarded_by_accelerator
-from devicekit.port.nodes import devicekit_call, is_devicekit_call, replace_arg_value
+from devicekit.port.nodes import devicekit_call, is_devicekit_call
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("pin-memory-call", "pin-memory")
 
 
-@call(
-    lambda port, qualified, method: (
-        method == "pin_memory" and "devicekit.pin_memory" not in qualified
-    )
-)
-def pin_memory_method(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return method == "pin_memory" and "devicekit.pin_memory" not in qualified
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.BaseExpression | None:
     """x.pin_memory() -> (x.pin_memory() if devicekit.pin_memory() else x)."""
     if not isinstance(updated.func, cst.Attribute):
@@ -62,38 +57,7 @@ def pin_memory_method(
     )
 
 
-@keyword("pin_memory", "pin-memory")
-def pin_memory_argument(
-    port: "PortTransformer",
-    original: cst.Call,
-    updated: cst.Call,
-    arg: cst.Arg,
-    qualified: set[str],
-    method: str | None,
-) -> cst.Call | None:
-    """pin_memory=True -> pin_memory=devicekit.pin_memory()."""
-    if not m.matches(arg.value, m.Name("True")):
-        return None
-    return replace_arg_value(updated, arg, devicekit_call("pin_memory"))
-
-
-@keyword("pin_memory_device", "pin-memory")
-def pin_memory_device(
-    port: "PortTransformer",
-    original: cst.Call,
-    updated: cst.Call,
-    arg: cst.Arg,
-    qualified: set[str],
-    method: str | None,
-) -> cst.Call | None:
-    """pin_memory_device="npu" -> pin_memory_device=devicekit.device_type()."""
-    return port.port_arg(original, updated, arg, "string")
-
-
-@leave(cst.Dict)
-def pin_memory_entries(
-    port: "PortTransformer", original: cst.Dict, updated: cst.Dict
-) -> cst.Dict | None:
+def leave_Dict(port: Port, original: cst.Dict, updated: cst.Dict) -> cst.Dict | None:
     """{"pin_memory": True, "pin_memory_device": "cuda"} -> {"pin_memory":
     devicekit.pin_memory(), "pin_memory_device": devicekit.device_type()}: DataLoader's
     arguments kept in a dict."""
@@ -107,7 +71,7 @@ def pin_memory_entries(
 
 
 def _pin_memory_entry(
-    port: "PortTransformer", original: cst.BaseDictElement, updated: cst.BaseDictElement
+    port: Port, original: cst.BaseDictElement, updated: cst.BaseDictElement
 ) -> cst.BaseDictElement:
     if not isinstance(original, cst.DictElement) or not isinstance(updated, cst.DictElement):
         return updated  # **more

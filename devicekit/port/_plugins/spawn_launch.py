@@ -3,22 +3,22 @@
 torchrun & co. `join=False`, `daemon=True` or another start method are reported for a
 manual change."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 import libcst.matchers as m
 
 from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import bound_args, keyword, string_value, without_args
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("spawn-launch",)
 
 
-@call(lambda port, qualified, method: bool(qualified & names.SPAWN))
-def spawn_launch(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & names.SPAWN)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """mp.spawn(fn, args=..., nprocs=n) -> devicekit.launch(fn, args=..., nprocs=n), without
     nprocs= where it was the device count (launch's default)."""

@@ -8,24 +8,18 @@ not work. The question it asks is "is this tensor on the accelerator", which dev
 answers on every kind. Left alone where it guards code for CUDA only, and where the script
 sets the attribute itself (`self.is_cuda = torch.cuda.is_available()`: its own flag)."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port._plugins import leave
 from devicekit.port.branches import guards_device_only_code
 from devicekit.port.nodes import code, devicekit_call
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("tensor-is-cuda",)
 
 _ATTRIBUTES = ("is_cuda", "is_npu")
 
 
-@leave(cst.Attribute)
-def is_cuda(
-    port: "PortTransformer", original: cst.Attribute, updated: cst.Attribute
-) -> cst.Call | None:
+def leave_Attribute(port: Port, original: cst.Attribute, updated: cst.Attribute) -> cst.Call | None:
     """x.is_cuda -> devicekit.is_accelerator(x.device)."""
     if (
         original.attr.value not in _ATTRIBUTES

@@ -1,19 +1,19 @@
 """Rule `to-device`: `x.to("cuda")`, `x.to(f"cuda:{i}")`, `x.to(local_rank)`,
 `x.to(device="cuda")` -> `x.to(devicekit.device(...))`."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port._plugins import call
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("to-device",)
 
 
-@call(lambda port, qualified, method: method == "to")
-def to_device(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return method == "to"
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.Call | None:
     """x.to("cuda"), x.to(f"cuda:{i}"), x.to(local_rank) -> x.to(devicekit.device(...))."""
     for position, arg in enumerate(updated.args):

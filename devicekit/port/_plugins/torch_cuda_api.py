@@ -6,17 +6,14 @@ does not take are reported for a manual change. A `torch.cuda.is_available()` th
 code for CUDA only (`if torch.cuda.is_available(): torch.cuda.get_device_capability()`)
 is kept: on an NPU it must stay false."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
 from devicekit.port import names
-from devicekit.port._plugins import call, reference
 from devicekit.port.branches import guards_device_only_code
 from devicekit.port.nodes import NOT_DEVICE, parse_device_string
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("torch-cuda-api",)
 
 _PREFIX = "torch.cuda."
 
@@ -27,10 +24,11 @@ def _is_torch_cuda_function(qualified: set[str]) -> bool:
     )
 
 
-@call(lambda port, qualified, method: _is_torch_cuda_function(qualified))
-def torch_cuda_call(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
-) -> cst.Call:
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return _is_torch_cuda_function(qualified)
+
+
+def on_call(port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]) -> cst.Call:
     """torch.cuda.synchronize() & co. -> devicekit.synchronize() (same arguments)."""
     short = next(q for q in qualified if q.startswith(_PREFIX))[len(_PREFIX) :]
     takes = names.DEVICEKIT_FUNCTIONS[short]
@@ -59,9 +57,8 @@ def torch_cuda_call(
     )
 
 
-@reference
-def torch_cuda_name(
-    port: "PortTransformer", original: cst.BaseExpression, updated: cst.BaseExpression, name: str
+def on_reference(
+    port: Port, original: cst.BaseExpression, updated: cst.BaseExpression, name: str
 ) -> cst.Attribute | None:
     """An uncalled torch.cuda.synchronize (a callback, say) -> devicekit.synchronize."""
     short = name[len(_PREFIX) :]

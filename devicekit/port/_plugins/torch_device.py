@@ -1,25 +1,27 @@
 """Rule `torch-device`: `torch.device("cuda")`, `torch.device("cuda", i)`,
 `torch.device(f"cuda:{i}")`, `torch.device(0)` -> `devicekit.device(...)`."""
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from devicekit.port import names
-from devicekit.port._plugins import call
 from devicekit.port.nodes import bound_args, device_call, parse_device_string
+from devicekit.port.rule import Port
 
-if TYPE_CHECKING:
-    from devicekit.port.transformer import PortTransformer
+RULES = ("torch-device",)
+
+_TORCH_DEVICE = {"torch.device"}
+_TORCH_DEVICE_PARAMS = ("type", "index")
 
 
-@call(lambda port, qualified, method: bool(qualified & names.TORCH_DEVICE))
-def torch_device(
-    port: "PortTransformer", original: cst.Call, updated: cst.Call, qualified: set[str]
+def matches_call(port: Port, qualified: set[str], method: str | None) -> bool:
+    return bool(qualified & _TORCH_DEVICE)
+
+
+def on_call(
+    port: Port, original: cst.Call, updated: cst.Call, qualified: set[str]
 ) -> cst.BaseExpression | None:
     """torch.device("cuda"), torch.device("cuda", i), torch.device(f"cuda:{i}"),
     torch.device(local_rank) -> devicekit.device(...)."""
-    bound = bound_args(updated, names.TORCH_DEVICE_PARAMS)
+    bound = bound_args(updated, _TORCH_DEVICE_PARAMS)
     kind = bound.get("type")
     if kind is None or len(bound) != len(updated.args):
         return None

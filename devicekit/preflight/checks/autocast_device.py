@@ -2,7 +2,8 @@
 another (`torch.autocast("cuda")` around NPU or CPU tensors): it does nothing, and the
 step silently runs in float32."""
 
-from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.checks.base import Context, Finding
+from devicekit.preflight.checks.tables import from_table
 from devicekit.preflight.recording import Calls, Recording
 
 KIND = "autocast-device"

@@ -12,7 +12,7 @@ import functools
 import torch
 
 from devicekit.preflight import npu_ops
-from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.checks.base import Context, Finding
 from devicekit.preflight.recording import Recording
 
 KIND = "cpu-fallback"

@@ -4,7 +4,7 @@ or that need a change by hand (Ascend's own calls, which run on the NPU, are not
 import re
 from pathlib import Path
 
-from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.checks.base import Context, Finding
 from devicekit.preflight.recording import Recording
 
 KIND = "cuda-only"
@@ -24,7 +24,8 @@ def _ascend_only(construct: str) -> bool:
 
 
 def findings(recording: Recording, context: Context) -> list[Finding]:
-    from devicekit.port.engine import ParseFailure, port_source
+    from devicekit.port.engine import port_source
+    from devicekit.port.source_bytes import ParseFailure
 
     out = []
     for path in context.scripts:

@@ -2,7 +2,8 @@
 boolean-mask indexing, masked_select, unique): the device must finish and report the
 size to the host before anything after them can be compiled or launched."""
 
-from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.checks.base import Context, Finding
+from devicekit.preflight.checks.tables import from_table
 from devicekit.preflight.recording import Calls, Recording
 
 KIND = "data-dependent-shape"

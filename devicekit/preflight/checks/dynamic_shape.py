@@ -1,8 +1,9 @@
 """`dynamic-shape`: a line whose operators see different shapes from one step to the next
 (a smaller last batch, a variable sequence length): the NPU compiles each new shape."""
 
-from devicekit.preflight.checks import Context, Finding
-from devicekit.preflight.recording import Recording, Shapes, Site
+from devicekit.preflight.checks.base import Context, Finding
+from devicekit.preflight.recording import Recording, Shapes
+from devicekit.preflight.sites import Site
 
 KIND = "dynamic-shape"
 KEEP_ORDER = True  # the order the lines first ran in: the first is where the change starts

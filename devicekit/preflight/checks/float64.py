@@ -1,7 +1,8 @@
 """`float64`: tensors created or computed on in double precision, which the NPU's compute
 cores do not run (torch_npu computes them slowly or casts them)."""
 
-from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.checks.base import Context, Finding
+from devicekit.preflight.checks.tables import from_table
 from devicekit.preflight.recording import Recording
 
 KIND = "float64"

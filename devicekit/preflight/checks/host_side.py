@@ -7,8 +7,10 @@ where such a tensor does go to the device, the device's own lines that use it ar
 as dynamic-shape findings.
 """
 
-from devicekit.preflight.checks import Context, Finding, data_dependent_shape, from_table
+from devicekit.preflight.checks import data_dependent_shape
+from devicekit.preflight.checks.base import Context, Finding
 from devicekit.preflight.checks.dynamic_shape import varying
+from devicekit.preflight.checks.tables import from_table
 from devicekit.preflight.recording import Recording
 
 KIND = "host-side"

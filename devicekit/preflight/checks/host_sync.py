@@ -2,7 +2,7 @@
 tensor) or waiting for the device (`synchronize()`) inside the step: on an NPU each waits
 for all queued device work."""
 
-from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.checks.base import Context, Finding
 from devicekit.preflight.recording import Recording
 
 KIND = "host-sync"

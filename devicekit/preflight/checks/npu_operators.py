@@ -16,7 +16,7 @@ import difflib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from devicekit.preflight.checks import Context, Finding
+from devicekit.preflight.checks.base import Context, Finding
 from devicekit.preflight.recording import Recording
 
 KIND = "npu-operator"

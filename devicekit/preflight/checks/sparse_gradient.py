@@ -11,7 +11,8 @@ What the dense gradient needs is checked like any operator (nn.Embedding's,
 aten::embedding_dense_backward, is on torch_npu's list).
 """
 
-from devicekit.preflight.checks import Context, Finding, from_table
+from devicekit.preflight.checks.base import Context, Finding
+from devicekit.preflight.checks.tables import from_table
 from devicekit.preflight.recording import Calls, Recording
 
 KIND = "sparse-gradient"

@@ -1,5 +1,5 @@
-"""Choosing the device kind: explicit argument > DEVICEKIT_DEVICE > auto (the kinds registry's
-order: npu > cuda > xpu > kinds registered by the user > cpu)."""
+"""Resolving the device kind to run on: explicit argument > DEVICEKIT_DEVICE > auto (the kinds
+registry's order: npu > cuda > xpu > kinds registered by the user > cpu)."""
 
 import os
 from collections.abc import Mapping

@@ -7,11 +7,10 @@ store the launcher serves, or that rank 0 serves through env:// (torch 1.x).
 
 from collections.abc import Mapping, Sequence
 
-from devicekit.environments.base import LaunchEnvironment
 from devicekit.environments.context import LaunchContext
 from devicekit.environments.options import LaunchOptions
-from devicekit.environments.reading import to_int
-from devicekit.environments.torchrun import (
+from devicekit.environments.parsing import to_int
+from devicekit.environments.torchrun_family import (
     RANK_VARIABLES,
     has_rank_variables,
     rank_variables_context,
@@ -40,14 +39,18 @@ def pop_local_rank(argv: Sequence[str]) -> tuple[list[str], int | None]:
     return remaining, local_rank
 
 
-class DistributedLaunch(LaunchEnvironment):
-    name = "launch"
-    variables = RANK_VARIABLES
+NAME = "launch"
+VARIABLES: tuple[str, ...] = RANK_VARIABLES
 
-    def detect(self, environ: Mapping[str, str], options: LaunchOptions) -> bool:
-        return has_rank_variables(environ) and options.local_rank is not None
 
-    def context(
-        self, options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
-    ) -> LaunchContext:
-        return rank_variables_context(self.name, True, options, environ, kind)
+def detect(environ: Mapping[str, str], options: LaunchOptions) -> bool:
+    """Whether torch.distributed.launch started this process: torchrun's variables and the
+    --local-rank argument it appends."""
+    return has_rank_variables(environ) and options.local_rank is not None
+
+
+def context(
+    options: LaunchOptions, environ: Mapping[str, str], kind: DeviceKind | None
+) -> LaunchContext:
+    """Who this worker is, from torchrun's variables; it joins the launcher's store."""
+    return rank_variables_context(options, environ, kind, name=NAME, launcher_store=True)

@@ -3,6 +3,7 @@
 import functools
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -31,6 +32,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("ci")
+
+_COUNTER = pytest.StashKey()
 
 
 @functools.cache
@@ -99,17 +102,43 @@ def pytest_runtest_makereport(item, call):
 NSSWITCH = "/etc/nsswitch.conf"
 
 
-def _shares_a_run(item):
-    """Whether `item` uses a fixture of this suite made once for several tests (a module's
-    launcher runs, the bad-input pool): those tests run on one worker, where it is made once."""
+def _shared_runs(item):
+    """The runs of this suite that `item` reads and that are made once for several tests
+    (fixtures of module or session scope defined in tests/: a module's launcher runs, the
+    bad-input pool, a run that several modules read), each as a key: (module, fixture) for
+    a module's, the fixture's name for one of the whole session."""
     info = getattr(item, "_fixtureinfo", None)
-    for definitions in info.name2fixturedefs.values() if info else ():
+    keys = []
+    for name, definitions in info.name2fixturedefs.items() if info else ():
         for definition in definitions:
             module = getattr(definition.func, "__module__", "")
             ours = module == "conftest" or module.startswith(("test_", "support."))
-            if ours and definition.scope != "function":
-                return True
-    return False
+            if not ours or definition.scope == "function":
+                continue
+            keys.append(name if definition.scope == "session" else (item.module.__name__, name))
+    return keys
+
+
+def _groups(items):
+    """{item: group name} for the items that share a run: tests joined by any shared run,
+    directly or through another test, form one group (so each run is made once, on one
+    worker), named for the first test module among them."""
+    parent = {}
+
+    def find(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    keys = {item: _shared_runs(item) for item in items}
+    for shared in keys.values():
+        for key in shared[1:]:
+            parent[find(key)] = find(shared[0])
+    names = {}
+    for item in items:
+        if keys[item]:
+            names.setdefault(find(keys[item][0]), item.module.__name__)
+    return {item: names[find(keys[item][0])] for item in items if keys[item]}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -120,9 +149,8 @@ def pytest_collection_modifyitems(config, items):
     xdist reads the xdist_group marks in its own, and a mark added after it splits the group
     over both workers, each making the shared run."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    for item in items:
-        if _shares_a_run(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    for item, group in _groups(items).items():
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @functools.cache
@@ -181,3 +209,65 @@ def pytest_xdist_setupnodes(config, specs):
         return
     for spec in specs:
         spec.python = shlex.join([*command, spec.python or sys.executable])
+
+
+# -- the process budget (tests/support/process_budget.py) ------------------------------------
+
+
+def _is_controller(config):
+    """Whether this is the process that runs the session (not an xdist worker)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    """On the controller, before any worker starts: fetch what the tests download (the
+    workers have no network), then count every Python process that imports torch from now
+    on (the workers are counted themselves)."""
+    if not _is_controller(config):
+        return
+    from support import npu_wheel
+    from support.process_budget import SESSION_ENV, Counter
+
+    problem = npu_wheel.prefetch()
+    if problem and npu_wheel.in_ci():
+        pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+    if problem:
+        config.issue_config_time_warning(pytest.PytestWarning(problem + " (these tests skip)"), 2)
+
+    counter = Counter(Path(str(config.rootpath)) / ".pytest_cache")
+    counter.start()
+    os.environ[SESSION_ENV] = counter.session  # inherited by the workers and their children
+    config.stash[_COUNTER] = counter
+
+
+def pytest_unconfigure(config):
+    counter = config.stash.get(_COUNTER, None)
+    if counter is not None:
+        counter.stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run whose processes pass the budget fails, every test passed or not."""
+    counter = session.config.stash.get(_COUNTER, None)
+    if counter is None:
+        return
+    counter.stop()
+    from support.process_budget import over_budget, summary_lines
+
+    # .ci/run repeats this line after the run's times
+    counter.log.with_name("devicekit-process-budget.txt").write_text(
+        summary_lines(counter)[0] + "\n"
+    )
+    if over_budget(counter) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    counter = config.stash.get(_COUNTER, None)
+    if counter is None:
+        return
+    from support.process_budget import summary_lines
+
+    terminalreporter.section("process budget")
+    for line in summary_lines(counter):
+        terminalreporter.write_line(line)

@@ -12,7 +12,7 @@ import pytest
 import torch  # noqa: F401  (before devicekit, as conftest.py explains)
 
 from devicekit.preflight import npu_ops
-from support.npu_wheel import NPU_VERSION, WHEEL_SHA256, fetch_wheel
+from support.npu_wheel import NPU_VERSION, OPS_DATA_FILE, WHEEL_SHA256, fetch_wheel
 
 HEADER = re.compile(
     r"# (?P<source>\S+) in torch_npu-(?P<version>[^-]+)-(?P<tag>\S+)\.whl "
@@ -27,6 +27,12 @@ def header():
     match = HEADER.match(first)
     assert match, f"{npu_ops.DATA_FILE.name}: header {first!r} does not match {HEADER.pattern}"
     return match
+
+
+def test_the_wheel_the_suite_fetches_first_is_the_lists(header):
+    """The controller fetches the wheel of the data file it finds in the checkout (the
+    workers have no network): the file devicekit reads."""
+    assert OPS_DATA_FILE == npu_ops.DATA_FILE
 
 
 def test_header_names_the_pinned_wheel(header):

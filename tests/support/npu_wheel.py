@@ -3,9 +3,15 @@
 checks it against its pin. Used by tests/test_npu_honesty.py (the wheel's sources and its
 failure modes) and tests/test_preflight_ops.py (preflight's operator list is the wheel's).
 
-Where a wheel cannot be had (no download, no wheel for this Python) skip_or_fail skips with
-the reason, except in CI (CI=true or CI=1), where it fails: these tests must not pass by
-skipping there. A sha256 mismatch always fails.
+The xdist workers run in network namespaces with no route out, so tests/conftest.py calls
+prefetch() in the controller before they start: on a new machine the wheels are downloaded
+there, once. Where one cannot be had, the run stops before any test with one line naming
+the wheel, the command that fetches it and the folder it goes to. Run without workers
+(`-n 0`), a test that finds no wheel skips with the reason, except in CI (CI=true or CI=1),
+where it fails: these tests must not pass by skipping there. A sha256 mismatch always fails.
+
+The cache: DEVICEKIT_TEST_CACHE, else $XDG_CACHE_HOME/devicekit-tests, else
+~/.cache/devicekit-tests.
 """
 
 import hashlib
@@ -18,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from packaging.tags import Tag, sys_tags
+
+from support.paths import REPO
 
 NPU_VERSION = "2.13.0"
 
@@ -41,6 +49,11 @@ WHEEL_SHA256 = {
 # Python 3.9, ...): the Python sources do not depend on the platform.
 FALLBACK_TAG = "cp311-cp311-manylinux_2_28_x86_64"
 
+# preflight's operator list, taken from one of these wheels (its first line names which). Found
+# in the checkout, not through devicekit: importing devicekit would import torch in the
+# controller, which runs no test; tests/test_preflight_ops.py holds it equal to devicekit's.
+OPS_DATA_FILE = REPO / "devicekit" / "preflight" / f"torch_npu_{NPU_VERSION}_ops.txt"
+
 # pip download: each try bounded; pip's own socket timeout and retries inside it. The first
 # try uses pip's configuration as it is (a mirror set there is honoured); the second names
 # PyPI itself, for a machine whose configured index lacks torch-npu.
@@ -53,7 +66,7 @@ PYPI_INDEX = "https://pypi.org/simple"
 CACHE_DIR = (
     Path(os.environ["DEVICEKIT_TEST_CACHE"])
     if os.environ.get("DEVICEKIT_TEST_CACHE")
-    else Path.home() / ".cache" / "devicekit-tests"
+    else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "devicekit-tests"
 )
 
 
@@ -90,15 +103,22 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
+def mismatch(path, expected):
+    """What is wrong with `path` if its sha256 is not `expected`, else ''."""
+    actual = sha256_of(path)
+    if actual == expected:
+        return ""
+    return (
+        f"{path.name}: sha256 mismatch: expected {expected} (pinned in "
+        f"{Path(__file__).name}), actual {actual}; file: {path}"
+    )
+
+
 def verify_sha256(path, expected):
     """Fail (always, CI or not) unless `path` has the sha256 `expected`."""
-    actual = sha256_of(path)
-    if actual != expected:
-        pytest.fail(
-            f"{path.name}: sha256 mismatch: expected {expected} (pinned in "
-            f"{Path(__file__).name}), actual {actual}; file: {path}",
-            pytrace=False,
-        )
+    problem = mismatch(path, expected)
+    if problem:
+        pytest.fail(problem, pytrace=False)
 
 
 def _tail(text, lines=5):
@@ -161,25 +181,60 @@ def _pip_download(tag, dest, index_url=None):
     return ""
 
 
+def download(tag):
+    """Put the wheel `tag` into CACHE_DIR unless it is there; '' on success, else what went
+    wrong in each try (a download whose sha256 is not the pin is not kept)."""
+    path = CACHE_DIR / wheel_name(tag)
+    if path.is_file():
+        return ""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    failures = []
+    for index_url in (None, PYPI_INDEX):
+        staging = Path(tempfile.mkdtemp(prefix="download.", dir=CACHE_DIR))
+        try:
+            problem = _pip_download(tag, staging, index_url)
+            if not problem:
+                problem = mismatch(staging / wheel_name(tag), WHEEL_SHA256[tag])
+            if not problem:
+                os.replace(staging / wheel_name(tag), path)
+                return ""
+            failures.append(f"[{index_url or 'index from pip config'}] {problem}")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return "; ".join(failures)
+
+
 def fetch_wheel(tag):
     """CACHE_DIR/<wheel for tag>, downloaded once and checked against its pinned sha256 (a
     mismatch fails). Skips (fails in CI) when no try could download it."""
+    problem = download(tag)
+    if problem:
+        skip_or_fail(f"cannot download {wheel_name(tag)}: {problem}")
     path = CACHE_DIR / wheel_name(tag)
-    if not path.is_file():
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        failures = []
-        for index_url in (None, PYPI_INDEX):
-            staging = Path(tempfile.mkdtemp(prefix="download.", dir=CACHE_DIR))
-            try:
-                problem = _pip_download(tag, staging, index_url)
-                if not problem:
-                    verify_sha256(staging / wheel_name(tag), WHEEL_SHA256[tag])
-                    os.replace(staging / wheel_name(tag), path)
-                    break
-                failures.append(f"[{index_url or 'index from pip config'}] {problem}")
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        else:
-            skip_or_fail(f"cannot download {wheel_name(tag)}: " + "; ".join(failures))
     verify_sha256(path, WHEEL_SHA256[tag])
     return path
+
+
+def wanted_tags():
+    """The wheels the tests read: this interpreter's (or the fallback whose sources are read
+    where none fits), and the one preflight's operator list was taken from."""
+    header = OPS_DATA_FILE.read_text(encoding="utf-8").splitlines()[0]
+    listed = next((tag for tag in WHEEL_SHA256 if wheel_name(tag) in header), None)
+    return sorted({native_tag() or FALLBACK_TAG, *filter(None, [listed])})
+
+
+def prefetch():
+    """Download every wanted wheel that the cache lacks (before the workers start: they have
+    no network); the one line that says what could not be had and how to fetch it, or ''."""
+    for tag in wanted_tags():
+        problem = download(tag)
+        if problem:
+            python_tag, abi, platform_tag = tag.split("-")
+            return (
+                f"cannot download {wheel_name(tag)}, which tests/test_npu_honesty.py and "
+                f"tests/test_preflight_ops.py read ({problem}); fetch it on a machine "
+                f"with network: pip download torch-npu=={NPU_VERSION} --no-deps "
+                f"--only-binary=:all: --platform {platform_tag} --python-version "
+                f"{python_tag[2:]} --abi {abi} --dest {CACHE_DIR}"
+            )
+    return ""

@@ -1,5 +1,6 @@
 """Shared test helpers: a clean launcher environment and the repository root on the path."""
 
+import contextlib
 import functools
 import os
 import sys
@@ -60,6 +61,18 @@ def clean_environ(**extra):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     env.update({key: str(value) for key, value in extra.items()})
     return env
+
+
+@pytest.fixture(scope="session")
+def torchrun_references(tmp_path_factory):
+    """torchrun's 2-rank runs of main.py and of the flat-API example, started on first use
+    and read by test_slurm.py and test_mpi_deepspeed.py (support/torchrun_references.py)."""
+    from support.torchrun_references import References
+
+    with contextlib.ExitStack() as stack:
+        references = References(stack, tmp_path_factory.mktemp("torchrun"))
+        yield references
+        references.finished()
 
 
 @pytest.fixture(autouse=True)

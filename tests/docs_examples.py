@@ -8,7 +8,9 @@ items, block quotes and indented ones) and each block is evaluated by a function
   line `# NAME.py` (optionally followed by text: `# tiny.py: the whole script`) names the
   file; otherwise it gets a generated name. It must exit 0.
 - ```bash: run as `bash -e -o pipefail -c BLOCK` in the scratch folder, with this
-  environment's python, torchrun and devicekit first on PATH. It must exit 0.
+  environment's python, torchrun and devicekit first on PATH. It must exit 0. Its
+  commands that start no process of their own (`python -m devicekit doctor`, ...: see
+  InProcessCommands) run inside the test process, which answers the block's `python`.
 - Markers, on the block's first line (in a python block, on the line after a `# NAME.py`
   line when there is one):
   - `# not run by the tests: REASON` (REASON not empty: a GPU, an NPU, two hosts, an
@@ -43,13 +45,22 @@ block's processes (its group and every descendant seen) are killed.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import re
+import select
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from sybil import Document, Example, Sybil
@@ -58,7 +69,11 @@ from sybil.parsers.markdown.lexers import FencedCodeBlockLexer, RawFencedCodeBlo
 from sybil.typing import Evaluator
 
 from conftest import ROOT, clean_environ
+from invariant import working_directory
+from support.devicekit_in_process import NeedsProcess, devicekit_in_process, runs_in_process
+from support.main_in_process import run_main_until_launch
 from support.processes import Finished, Processes
+from trainer import demo_data
 
 REPO = Path(ROOT)
 RUN_TIMEOUT_S = 600  # the demo block: 3 min 40 s on a 2-core Cascade Lake Xeon (fp32)
@@ -101,6 +116,35 @@ ERR_TRAP = """unset BASH_ENV
 trap 'echo "docs_examples: line $LINENO exited $?" >&2' ERR
 """
 TRAPPED = re.compile(r"^docs_examples: line (\d+) exited (\d+)\n?", re.M)
+
+
+# The `python` a bash block finds first on PATH: `python -m devicekit ARGS` and
+# `python main.py ARGS` go to the test process (IN_PROCESS_CLIENT asks it), anything else to
+# this environment's python.
+PYTHON_SHIM = """#!/bin/bash
+if [[ ${{1-}} == -m && ${{2-}} == devicekit || ${{1-}} == main.py ]]; then
+    exec {python} -S {client} {socket} "$@"
+fi
+exec {python} "$@"
+"""
+# Run with -S (no site: it cannot import torch). The test process answers with the command's
+# exit code and output, or with null when the command needs a process of its own.
+IN_PROCESS_CLIENT = """import json, os, socket, sys
+
+path, args = sys.argv[1], sys.argv[2:]
+request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+with socket.socket(socket.AF_UNIX) as conn:
+    conn.connect(path)
+    conn.sendall(json.dumps(request).encode())
+    conn.shutdown(socket.SHUT_WR)
+    reply = json.loads(conn.makefile("rb").read())
+if reply is None:
+    os.execv(sys.executable, [sys.executable, *args])
+sys.stdout.write(reply["stdout"])
+sys.stdout.flush()
+sys.stderr.write(reply["stderr"])
+sys.exit(reply["code"])
+"""
 
 
 def documents(root: Path = REPO) -> list[Path]:
@@ -228,18 +272,133 @@ def environment() -> dict[str, str]:
     return env
 
 
+class InProcessCommands:
+    """While a bash block runs (a context manager), the commands of it that start no process
+    of their own run in this process, in a thread, and the block sees their output and exit
+    code, without the `import torch` of a new interpreter: `python -m devicekit ARGS`
+    (support.devicekit_in_process: doctor, port, preflight, a check refused before its
+    ranks start), `python -m trainer.demo_data DIR` and a `python main.py ARGS` that main.py
+    refuses before its launch (support.main_in_process). The others, a main.py or trainer
+    that is not the repository's, and any command whose environment's PYTHONPATH or
+    DEVICEKIT_SIMULATE differs from the block's (read before devicekit is imported) run as
+    processes. `bin` holds the `python` that asks (PYTHON_SHIM), for the block's PATH."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.pythonpath = env.get("PYTHONPATH")
+        # A short folder of its own: a socket's path is limited to 107 bytes.
+        self.folder = Path(tempfile.mkdtemp(prefix="docs-"))
+        self.bin = self.folder / "bin"
+        self.bin.mkdir()
+        client, path = self.folder / "client.py", self.folder / "socket"
+        client.write_text(IN_PROCESS_CLIENT)
+        shim = self.bin / "python"
+        shim.write_text(PYTHON_SHIM.format(python=sys.executable, client=client, socket=path))
+        shim.chmod(0o755)
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> InProcessCommands:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(RUN_TIMEOUT_S)
+        self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            ready, _, _ = select.select([self.listener], [], [], 0.2)
+            if ready:
+                conn, _ = self.listener.accept()
+                with conn:
+                    request = json.loads(conn.makefile("rb").read())
+                    conn.sendall(json.dumps(self._answer(**request)).encode())
+
+    def _answer(self, args: list[str], cwd: str, env: dict[str, str]) -> dict | None:
+        """`python ARGS`'s exit code and output, or None: run it as a process."""
+        if env.get("PYTHONPATH") != self.pythonpath or env.get("DEVICEKIT_SIMULATE"):
+            return None
+        try:
+            if args[:2] == ["-m", "devicekit"] and runs_in_process(args[2:], env):
+                result = devicekit_in_process(args[2:], cwd, env)
+            elif args[:2] == ["-m", "trainer.demo_data"] and _is_ours(cwd, "trainer"):
+                result = _command_in_process(demo_data.main, args[2:], cwd, env)
+            elif args[:1] == ["main.py"] and _is_ours(cwd, "main.py"):
+                result = _main_refusal(args[1:], cwd, env)
+            else:
+                return None
+        except NeedsProcess:
+            return None
+        except BaseException:  # as the process would: its traceback, exit code 1
+            return {"code": 1, "stdout": "", "stderr": traceback.format_exc()}
+        return {"code": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+
+
+def _is_ours(folder: str, relative: str) -> bool:
+    """Whether `folder`/`relative` (a file, or a folder of .py files) is the repository's,
+    the one this process imports."""
+    copy, ours = Path(folder, relative), REPO / relative
+    if ours.is_file():
+        return copy.is_file() and copy.read_bytes() == ours.read_bytes()
+    files = sorted(path.relative_to(ours) for path in ours.rglob("*.py"))
+    return files == sorted(path.relative_to(copy) for path in copy.rglob("*.py")) and all(
+        (copy / name).read_bytes() == (ours / name).read_bytes() for name in files
+    )
+
+
+def _command_in_process(
+    main: Callable[[list[str]], int | None], argv: list[str], cwd: str, env: dict[str, str]
+) -> subprocess.CompletedProcess:
+    """A command line's `main(argv)` in `cwd` with `env` as its whole environment, as a
+    process runs it: its exit code and output."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(working_directory(cwd))
+        stack.enter_context(mock.patch.dict(os.environ, env, clear=True))
+        stack.enter_context(contextlib.redirect_stdout(stdout))
+        stack.enter_context(contextlib.redirect_stderr(stderr))
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        if code is not None and not isinstance(code, int):  # sys.exit("text"): exit code 1
+            print(code, file=sys.stderr)
+            code = 1
+    return subprocess.CompletedProcess(argv, code or 0, stdout.getvalue(), stderr.getvalue())
+
+
+def _main_refusal(argv: list[str], cwd: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python main.py ARGV` when main.py refuses it before its launch; NeedsProcess when
+    it reaches the launch (the run is the process's)."""
+    stdout = io.StringIO()
+    with mock.patch.dict(os.environ, env, clear=True), contextlib.redirect_stdout(stdout):
+        code, stderr, launched = run_main_until_launch(argv, cwd)
+    if launched is not None:
+        raise NeedsProcess("main.py " + " ".join(argv))
+    return subprocess.CompletedProcess(["main.py", *argv], code, stdout.getvalue(), stderr)
+
+
 def _run(
     example: Example,
     argv: list[str],
     header: Header,
     env: dict[str, str],
     culprit: Callable[[str], str | None],
+    served: InProcessCommands | None = None,
 ) -> str | None:
-    """Run `argv` in the example's scratch folder; why it failed, or None. `culprit` finds
-    in a failed block's stderr what failed, at the document's line."""
+    """Run `argv` in the example's scratch folder (`served`: with its in-process commands);
+    why it failed, or None. `culprit` finds in a failed block's stderr what failed, at the
+    document's line."""
     scratch, logs = example.namespace["scratch"], example.namespace["logs"]
     timeout = example.namespace["timeout"]
-    with Processes(logs) as procs:
+    # The commands' thread ends after the processes: a block killed at its timeout may
+    # have one running, which nothing can stop but its end.
+    with served or contextlib.nullcontext(), Processes(logs) as procs:
         proc = procs.start("block", argv, env, cwd=scratch)
         try:
             [result] = procs.finish_all([proc], timeout)
@@ -349,12 +508,16 @@ def evaluate_bash(example: Example) -> str | None:
     prepare_scratch(example, example.namespace["scratch"])
     trap = Path(example.namespace["logs"]) / "err_trap.sh"
     _write(trap, ERR_TRAP)
+    env = environment()
+    served = InProcessCommands(env)
+    env["PATH"] = os.pathsep.join([str(served.bin), env["PATH"]])
     return _run(
         example,
         ["bash", "-e", "-o", "pipefail", "-c", example.parsed],
         header,
-        {**environment(), "BASH_ENV": str(trap)},
+        {**env, "BASH_ENV": str(trap)},
         lambda stderr: _failed_command(example, stderr),
+        served,
     )
 
 

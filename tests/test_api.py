@@ -205,8 +205,8 @@ _OWN_SPAWN = """
     import torch.multiprocessing as mp
     import devicekit
 
-    def main(i, n):
-        if sys.argv[1] == "told":
+    def main(i, n, told):
+        if told:
             devicekit.init_distributed(rank=i, world_size=n)
         else:
             devicekit.init_distributed()
@@ -214,31 +214,34 @@ _OWN_SPAWN = """
         devicekit.destroy_process_group()
 
     if __name__ == "__main__":
-        mp.spawn(main, args=(2,), nprocs=2)
+        mp.spawn(main, args=(2, True), nprocs=2)
+        print("told: done", flush=True)
+        mp.spawn(main, args=(2, False), nprocs=2)
 """
 
 
-def test_init_distributed_in_a_scripts_own_mp_spawn(tmp_path):
-    told = run(
-        tmp_path / "told",
-        script(tmp_path, _OWN_SPAWN),
-        "told",
+@pytest.fixture(scope="module")
+def own_spawn(tmp_path_factory):
+    """One script that runs its own mp.spawn twice: children told their rank, then children
+    left to find it (one process and its 4 children, instead of a script per case)."""
+    folder = tmp_path_factory.mktemp("own-spawn")
+    return run(
+        folder,
+        script(folder, _OWN_SPAWN),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=find_free_port(),
     )
-    assert told.returncode == 0, describe([told])
-    assert sorted(re.findall(r"rank \d/\d", told.stdout)) == ["rank 0/2", "rank 1/2"]
 
 
-def test_an_mp_spawn_child_without_its_rank_is_refused_not_run_alone(tmp_path):
+def test_init_distributed_in_a_scripts_own_mp_spawn(own_spawn):
+    told, _, _ = own_spawn.stdout.partition("told: done")
+    assert "told: done" in own_spawn.stdout, describe([own_spawn])
+    assert sorted(re.findall(r"rank \d/\d", told)) == ["rank 0/2", "rank 1/2"]
+
+
+def test_an_mp_spawn_child_without_its_rank_is_refused_not_run_alone(own_spawn):
     """Two children silently training as two separate runs: refused, naming the fix."""
-    result = run(
-        tmp_path,
-        script(tmp_path, _OWN_SPAWN),
-        "untold",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=find_free_port(),
-    )
+    result = own_spawn
     assert result.returncode != 0
     assert "rank 0/1" not in result.stdout
     assert (
@@ -258,6 +261,7 @@ _LAUNCHED = """
         devicekit.init_distributed(timeout=30)
         print(f"rank {devicekit.rank()}/{devicekit.world_size()} threads "
               f"{torch.get_num_threads()}", flush=True)
+        devicekit.barrier()  # every rank has printed its line before rank 1 fails
         if sys.argv[1] == "raise" and devicekit.rank() == 1:
             raise ValueError("rank 1 fails on purpose")
         devicekit.barrier()
@@ -271,18 +275,26 @@ _LAUNCHED = """
 """
 
 
-def test_launch_spawns_ranks_with_one_thread_share_each(tmp_path):
-    result = run(tmp_path, script(tmp_path, _LAUNCHED), "plain")
-    assert result.returncode == 0, describe([result])
+@pytest.fixture(scope="module")
+def launched_and_failed(tmp_path_factory):
+    """`python script.py raise`: launch() starts 2 ranks, each prints its thread count, then
+    rank 1 raises. (launch() exiting 0 when every rank succeeds: the `python` runs of
+    tests/test_examples.py.)"""
+    folder = tmp_path_factory.mktemp("launched")
+    return run(folder, script(folder, _LAUNCHED), "raise", timeout=60)
+
+
+def test_launch_spawns_ranks_with_one_thread_share_each(launched_and_failed):
+    result = launched_and_failed
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
     assert sorted(re.findall(r"rank \d/\d threads \d+", result.stdout)) == [
         f"rank 0/2 threads {threads}",
         f"rank 1/2 threads {threads}",
-    ]
+    ], describe([result])
 
 
-def test_launch_raises_and_exits_non_zero_when_a_rank_fails(tmp_path):
-    result = run(tmp_path, script(tmp_path, _LAUNCHED), "raise", timeout=60)
+def test_launch_raises_and_exits_non_zero_when_a_rank_fails(launched_and_failed):
+    result = launched_and_failed
     assert result.returncode == 1, describe([result])
     assert "ValueError: rank 1 fails on purpose" in result.stderr
     assert (
@@ -292,11 +304,17 @@ def test_launch_raises_and_exits_non_zero_when_a_rank_fails(tmp_path):
     assert "caught: local rank 1 exited with code 1" in result.stdout
 
 
-def test_launch_refuses_a_bad_process_count(tmp_path):
-    result = run(tmp_path, script(tmp_path, _LAUNCHED), "plain", DEVICEKIT_NPROC_PER_NODE="two")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == (
-        "error: DEVICEKIT_NPROC_PER_NODE='two' must be a whole number of processes, at least 1"
+def test_launch_refuses_a_bad_process_count(monkeypatch, capsys):
+    """Refused before any rank starts: one line and exit code 2, as a script calling
+    launch() shows it (in this process: no rank is started to be refused)."""
+    monkeypatch.setenv("DEVICEKIT_NPROC_PER_NODE", "two")
+    with pytest.raises(SystemExit) as exited:
+        devicekit.launch(print)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == (
+        "",
+        "error: DEVICEKIT_NPROC_PER_NODE='two' must be a whole number of processes, at least 1\n",
     )
 
 

@@ -1,12 +1,13 @@
 """An Ascend team's DDP training script, unchanged, on the npu stand-in: the script
 (tests/npu_standin/ascend_ddp.py) imports torch_npu, never devicekit, and runs under
-`python -m devicekit simulate --devices 2 -- ...` started five ways: by torchrun, by
-torch.distributed.launch, as one process, by its own mp.spawn, and by Ascend's
-RANK_ID/RANK_SIZE shell loop. HCCL_*
-variables are set in every run's environment, as Ascend's launch scripts set them.
+one `python -m devicekit simulate --devices 2 -- ...` started five ways at once: by
+torchrun, by torch.distributed.launch, as one process, by its own mp.spawn, and by Ascend's
+RANK_ID/RANK_SIZE shell loop (support/one_simulate.py: the command runs a shell that starts
+them, each with its output of its own). HCCL_* variables are set in the command's
+environment, as Ascend's launch scripts set them.
 
-The five runs start together in one module fixture (each costs about 10-20 s of CPU on 2
-cores: every process imports torch) and the tests read what they left.
+The runs start together in one module fixture (each costs about 10-20 s of CPU on 2 cores:
+every process imports torch) and the tests read what they left.
 """
 
 import json
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from conftest import clean_environ
+from support.one_simulate import finished_command, start_under_one_simulate
 from support.paths import TESTS
 from support.processes import Processes, describe
 
@@ -48,7 +50,7 @@ def _free_port():
 
 
 def _command(mode, output):
-    """(argv after `devicekit simulate --`, extra environment) of one way to run SCRIPT."""
+    """(argv, extra environment) of one way to run SCRIPT, under the simulate command."""
     if mode == "torchrun":
         argv = ["torchrun", "--standalone", "--nproc-per-node", "2", SCRIPT]
         return [*argv, "--output", output], {}
@@ -89,24 +91,30 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """{mode: Run} of SCRIPT run each way, all at once; each must exit 0."""
+def command(tmp_path_factory):
+    """(the simulate command's Finished, {mode: Run}) of SCRIPT run each way, all at once
+    under one `devicekit simulate` command; each must exit 0."""
     root = tmp_path_factory.mktemp("ascend_ddp")
     base = {key: value for key, value in clean_environ().items() if not key.startswith("HCCL_")}
     base.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **HCCL)
-    started = {}
+    commands = {}
+    for mode in MODES:
+        (root / mode).mkdir()
+        commands[mode] = _command(mode, str(root / mode))
     with Processes(root / "processes") as procs:
-        for mode in MODES:
-            folder = root / mode
-            folder.mkdir()
-            argv, env = _command(mode, str(folder))
-            simulate = [sys.executable, "-m", "devicekit", "simulate", "--devices", "2", "--"]
-            started[mode] = procs.start(mode, [*simulate, *argv], {**base, **env})
-        finished = procs.finish_all(list(started.values()), TIMEOUT_S)
-    results = {mode: Run(done, root / mode) for mode, done in zip(started, finished, strict=True)}
+        simulate = start_under_one_simulate(procs, commands, root, base)
+        (finished,) = procs.finish_all([simulate], TIMEOUT_S)
+    assert finished.returncode == 0, describe([finished])
+    results = {mode: Run(finished_command(root, mode), root / mode) for mode in MODES}
     failed = [mode for mode, run in results.items() if run.finished.returncode != 0]
     assert not failed, f"{failed} failed:\n" + describe([results[m].finished for m in failed])
-    return results
+    return finished, results
+
+
+@pytest.fixture(scope="module")
+def runs(command):
+    """{mode: Run}."""
+    return command[1]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -125,7 +133,7 @@ def test_each_rank_trains_on_the_npu_its_launcher_gave_it(runs, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_torch_npu_name_the_stand_in_lacks_is_absent_and_says_so(runs, mode):
+def test_a_torch_npu_name_the_stand_in_lacks_is_absent_and_says_so(command, runs, mode):
     """hasattr() answers False, so a script's own fallback runs; using it says in one line
     that it needs a real NPU. The command's first line says what is not simulated."""
     for report in runs[mode].reports().values():
@@ -134,10 +142,12 @@ def test_a_torch_npu_name_the_stand_in_lacks_is_absent_and_says_so(runs, mode):
             "torch_npu.npu_grouped_matmul is not provided by the npu stand-in: it needs a "
             "real Ascend NPU with torch_npu 2.13.0"
         ), report
-    assert runs[mode].finished.stderr_lines()[0] == (
+    simulate, _ = command
+    assert simulate.stderr_lines()[0] == (
         "devicekit simulate: 2 simulated NPU(s), npu:0 to npu:1, in every Python process of "
         "this command; NPU numerics and speed are not simulated"
     )
+    assert "devicekit simulate" not in runs[mode].finished.stderr, runs[mode].finished.stderr
 
 
 def test_every_two_rank_launch_ends_with_the_same_weights_bitwise(runs):
@@ -183,10 +193,12 @@ def test_the_profiler_leaves_a_trace_per_rank_that_tensorboard_opens(runs, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_hccl_variables_are_noted_once_and_ignored(runs, mode):
+def test_hccl_variables_are_noted_once_and_ignored(command, runs, mode):
     """HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT and HCCL_BUFFSIZE are taken: one line says
-    they are ignored, however many processes the command starts, and the run trains."""
-    lines = runs[mode].finished.stderr_lines()
+    they are ignored, however many processes the command starts (here all five ways' at
+    once: none of them says it again), and the run trains."""
+    simulate, _ = command
+    lines = simulate.stderr_lines() + runs[mode].finished.stderr_lines()
     notes = [line for line in lines if "accepted and ignored" in line]
     assert notes == [
         "devicekit simulate: HCCL_BUFFSIZE, HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT accepted "

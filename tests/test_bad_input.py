@@ -14,12 +14,16 @@ the ranks refuse cannot pass for one refused before the launch. (For every in-pr
 case, stderr and the exit code were compared with the subprocess's when this split was
 made: byte for byte the same.)
 
-The cases marked `process=True` run as subprocesses, each costing about one `import
-torch`: those refused inside a rank or by the launch (in-process they would reach the
-recorder), those that put a simulated torch_npu on PYTHONPATH before torch is imported,
-and one plain argument error, so that the real interpreter's path (argparse, one line,
-exit 2, no traceback) stays proven end to end. They are started together on a small
-thread pool when the first case is needed, and each test then checks its own result.
+The cases marked `process=True` run as `python main.py` runs them: those refused inside a
+rank or by the launch (in-process they would reach the recorder), those that put a
+simulated torch_npu on PYTHONPATH before torch is imported, and one plain argument error
+(unknown-flag), so that the real interpreter's path (argparse, one line, exit 2, no
+traceback) stays proven end to end. unknown-flag is a process of its own; the others run
+one after another in one process for the simulated torch_npu and one for the rest
+(tests/support/run_scripts.py: each case's main.py as __main__, its own variables, its own
+stderr and exit code), each `import torch` saved but one per process. The three processes
+start together on a small thread pool when the first case is needed, and each test then
+checks its own result.
 """
 
 import collections
@@ -30,6 +34,7 @@ import random
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,6 +45,7 @@ from conftest import ROOT, clean_environ
 from devicekit import checkpoint, checkpoint_files
 from devicekit.errors import UsageError
 from support.main_in_process import REFUSAL_RUN, run_main_until_launch
+from support.script_groups import run_group
 from support.trainer_files import make_data_dir, write_checkpoint
 from trainer import state
 
@@ -611,10 +617,6 @@ def start_main(argv, environ, cwd=None):
     )
 
 
-def run_main(argv, env=None, fake_npu=False, cwd=None):
-    return start_main(argv, main_environ(env, fake_npu), cwd)
-
-
 def case_command(case, d):
     """(argv, env) of a case: REFUSAL_RUN, its output folder, then the case's own (wins)."""
     argv = REFUSAL_RUN + ["--output-dir", os.path.join(d, f"out-{case.id}")]
@@ -638,11 +640,20 @@ def files(tmp_path_factory):
     return d
 
 
+# The corrupt-image run: 4 training images, batch 2, no step cap: every image is read once.
+CORRUPT_IMAGE_RUN = ["-a", "tinynet", "--num-classes", "2", "--image-size", "32", "-b", "2"]
+CORRUPT_IMAGE_RUN += ["--epochs", "1", "-j", "0"]
+
+
 @pytest.fixture(scope="module")
-def outcomes(request, files):
+def outcomes(request, files, tmp_path_factory):
     """{case id: future of its CompletedProcess} for the process=True cases this session
-    runs. Their environments are made here, on the test's thread: the in-process cases
-    change os.environ while the pool runs."""
+    runs, and "corrupt-image" for the run of a data folder with a corrupt image.
+    unknown-flag runs as `python main.py` itself; the others, one after another as
+    `python main.py` runs them, in one process (support/run_scripts.py) for those with
+    the simulated torch_npu and one for the rest, each case's variables its own. The three
+    start together on a small thread pool; their environments are made here, on the
+    test's thread: the in-process cases change os.environ while the pool runs."""
     wanted = [
         item.callspec.params["case_id"]
         for item in request.session.items
@@ -651,12 +662,44 @@ def outcomes(request, files):
         and "case_id" in item.callspec.params
         and BY_ID[item.callspec.params["case_id"]].process
     ]
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1))
+    data = tmp_path_factory.mktemp("corrupt_image")
+    make_data_dir(data / "data", per_class=2)
+    (data / "data" / "train" / "a" / "1.png").write_bytes(b"this is not a png")
+    groups = {
+        False: [
+            (
+                "corrupt-image",
+                MAIN,
+                [*CORRUPT_IMAGE_RUN, "--output-dir", data / "out", data / "data"],
+            )
+        ],
+        True: [],
+    }
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=3)
     futures = {}
     for case_id in wanted:
-        case = BY_ID[case_id]
-        argv, env = case_command(case, files)
-        futures[case_id] = pool.submit(start_main, argv, main_environ(env, case.fake_npu), files)
+        argv, env = case_command(BY_ID[case_id], files)
+        if case_id == "unknown-flag":
+            futures[case_id] = pool.submit(start_main, argv, main_environ(env), files)
+        else:
+            groups[BY_ID[case_id].fake_npu].append((case_id, MAIN, argv, env))
+    runs = {
+        fake_npu: pool.submit(
+            run_group,
+            tmp_path_factory.mktemp("fake_npu" if fake_npu else "cases"),
+            "python",
+            entries,
+            TIMEOUT_S * 3,
+            main_environ(fake_npu=fake_npu),
+        )
+        for fake_npu, entries in groups.items()
+        if entries
+    }
+    for fake_npu, entries in groups.items():
+        for name, *_ in entries:
+            futures[name] = pool.submit(
+                lambda run, name: run.result().result(name), runs[fake_npu], name
+            )
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -683,7 +726,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, file
         if NpuKind.is_installed():
             pytest.skip("torch_npu is installed here")
     if case.process:
-        result = outcomes[case_id].result(timeout=TIMEOUT_S * 2)
+        result = outcomes[case_id].result(timeout=TIMEOUT_S * 4)
     else:
         result, launch = run_case_in_process(case, files)
         assert launch is None, (
@@ -701,37 +744,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id, outcomes, file
 # -- a corrupt image is not a usage error: skipped with a warning naming it -------------------
 
 
-def test_corrupt_image_is_skipped_with_a_warning_and_training_completes(tmp_path):
-    data = make_data_dir(tmp_path / "data", per_class=2)
-    bad = tmp_path / "data" / "train" / "a" / "1.png"
-    bad.write_bytes(b"this is not a png")
-    out = tmp_path / "out"
-    # 4 training images, batch 2, no step cap: every image is read once.
-    result = run_main(
-        [
-            "-a",
-            "tinynet",
-            "--num-classes",
-            "2",
-            "--image-size",
-            "32",
-            "-b",
-            "2",
-            "--epochs",
-            "1",
-            "-j",
-            "0",
-            "--output-dir",
-            str(out),
-            data,
-        ],
-        cwd=tmp_path,
-    )
+def test_corrupt_image_is_skipped_with_a_warning_and_training_completes(outcomes):
+    result = outcomes["corrupt-image"].result(timeout=TIMEOUT_S * 4)
+    data = Path(result.args[-1])
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     warnings_ = [line for line in result.stderr.splitlines() if "skipping unreadable image" in line]
-    assert len(warnings_) == 1 and str(bad) in warnings_[0], result.stderr
-    assert (out / "checkpoint.pth.tar").is_file()
+    assert len(warnings_) == 1 and str(data / "train" / "a" / "1.png") in warnings_[0], (
+        result.stderr
+    )
+    assert (data.parent / "out" / "checkpoint.pth.tar").is_file()
 
 
 # -- devicekit.checkpoint_files and devicekit.checkpoint units ------------------------------

@@ -11,12 +11,19 @@ session, output to files, a timeout on every wait, nothing left running when its
 tests/support/launchers.py builds every launcher's command line.
 """
 
+import contextlib
+import io
 import json
 import re
+from unittest import mock
 
 import pytest
+import torch  # noqa: F401  before devicekit: see conftest
 
+import devicekit.__main__ as devicekit_command
+from devicekit import check
 from support.launchers import DEVICEKIT, child_env, commands, start
+from support.new_process import devicekit_started_with
 from support.paths import TESTS
 from support.processes import Processes, describe, taken_port
 
@@ -147,13 +154,12 @@ def test_a_rank_that_disagrees_fails_every_rank(tmp_path):
 
 @pytest.mark.slow
 def test_master_port_in_use_is_one_clear_line(tmp_path):
+    """Rank 0 of a 2-rank shell loop, alone: it binds the master port before it waits for
+    anyone, so rank 1 (which would only connect to the holder) is not started."""
+    rank0, _ = commands("env", DEVICEKIT, [*CHECK_ARGS, "--dist-timeout", "10"], NPROC, tmp_path)
     with taken_port() as port, Processes(tmp_path) as procs:
-        args = [*CHECK_ARGS, "--dist-timeout", "10"]
-        started = start(procs, "env", DEVICEKIT, args, NPROC, tmp_path, port=port)
-        # Only rank 0 is judged. Rank 1 connects to the holder, which never answers
-        # torch's TCPStore handshake; it can block there regardless of --dist-timeout,
-        # so it is killed when this block ends instead of being waited for.
-        rank0 = procs.finish(started[0], FAIL_TIMEOUT_S)
+        proc = procs.start(rank0.name, rank0.argv, child_env(**{**rank0.env, "MASTER_PORT": port}))
+        rank0 = procs.finish(proc, FAIL_TIMEOUT_S)
     assert rank0.returncode == 2, describe([rank0])
     assert "Traceback" not in rank0.stderr, describe([rank0])
     lines = rank0.stderr_lines()
@@ -178,13 +184,22 @@ def test_a_rank_that_never_arrives_times_out(tmp_path):
     assert result.stdout == ""
 
 
-def test_check_refuses_a_single_rank(tmp_path):
-    with Processes(tmp_path) as procs:
-        [proc] = start(procs, "spawn", DEVICEKIT, CHECK_ARGS, 1, tmp_path, name="single")
-        result = procs.finish(proc, FAIL_TIMEOUT_S)
-    assert result.returncode == 2, describe([result])
-    assert "Traceback" not in result.stderr
-    lines = result.stderr_lines()
-    assert len(lines) == 1, describe([result])
+def test_check_refuses_a_single_rank():
+    """`python -m devicekit check --nproc-per-node 1`, inside this process: devicekit's
+    command line refuses it before any rank starts (with launch() recorded, in case it did
+    not)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        devicekit_started_with(child_env()),
+        mock.patch.object(check.devicekit, "launch") as launch,
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+        pytest.raises(SystemExit) as exited,
+    ):
+        devicekit_command.main([*CHECK_ARGS, "--nproc-per-node", "1"])
+    assert exited.value.code == 2, stderr.getvalue()
+    assert launch.call_args is None
+    lines = stderr.getvalue().splitlines()
+    assert len(lines) == 1, stderr.getvalue()
     assert "at least 2 ranks" in lines[0], lines[0]
-    assert result.stdout == ""
+    assert stdout.getvalue() == ""

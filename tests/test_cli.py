@@ -1,4 +1,8 @@
-"""The devicekit command line: doctor's report and one-line errors with exit code 2."""
+"""The devicekit command line: doctor's report and one-line errors with exit code 2.
+
+The commands run in the test process (support.devicekit_in_process: devicekit's command
+line itself, with the environment given); one bad input also runs as a real
+`python -m devicekit` process, for the exit code and stderr a shell sees."""
 
 import json
 import subprocess
@@ -8,16 +12,12 @@ import pytest
 
 from conftest import clean_environ
 from devicekit.errors import UsageError
+from support.devicekit_in_process import devicekit_in_process
 
 
 def devicekit_cli(*args, **env):
-    return subprocess.run(
-        [sys.executable, "-m", "devicekit", *args],
-        env=clean_environ(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """`python -m devicekit ARGS` with the test environment plus `env`, run in-process."""
+    return devicekit_in_process(args, ".", clean_environ(**env))
 
 
 def test_doctor_json_explains_this_machine():
@@ -96,6 +96,22 @@ def test_doctor_human_report_names_the_choice():
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, env, needle):
     result = devicekit_cli(*args, **env)
+    assert_one_line_and_exit_code_2(result, needle)
+
+
+def test_a_real_command_with_bad_input_exits_2_with_one_line():
+    """What a shell sees: the process's exit code 2 and one stderr line, no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "devicekit", "check", "--device", "tpu"],
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_one_line_and_exit_code_2(result, "unknown device 'tpu'")
+
+
+def assert_one_line_and_exit_code_2(result, needle):
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error: ") and needle in lines[-1], result.stderr

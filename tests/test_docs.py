@@ -15,6 +15,7 @@ import textwrap
 import pytest
 from sybil.example import SybilFailure
 
+import devicekit
 from docs_examples import REPO, display, documents, examples, fence_problems, is_run, run_example
 
 DOCUMENTS = documents()
@@ -243,10 +244,10 @@ def test_named_files_of_earlier_blocks_and_the_application_are_in_the_scratch_fo
     tmp_path,
 ):
     """A bash block alone sees the files named by the python blocks above it (written, not
-    run), real copies of the application, this environment's python and one thread; what it
-    writes stays out of the repository."""
+    run), real copies of the application (found first: models is the copy's), devicekit,
+    this environment's python and one thread; what it writes stays out of the repository.
+    (Finding the modules, not importing them: the block starts no torch.)"""
     main_before = (REPO / "main.py").read_bytes()
-    bin_dir = os.path.dirname(sys.executable)
     *_, commands = blocks(
         tmp_path,
         f"""\
@@ -270,15 +271,44 @@ def test_named_files_of_earlier_blocks_and_the_application_are_in_the_scratch_fo
         test -f main.py && test -f models/resnet.py && test -f launch/run_8p.sh
         test -f tests/port_corpus/ddp_trainer.py && test -f tests/preflight_scripts/clean.py
         test ! -L main.py && test ! -L models && test ! -e models/__pycache__
-        test "$(command -v python)" = "{bin_dir}/python"
+        test "$(python -c 'import sys; print(sys.executable)')" = "{sys.executable}"
         test "$OMP_NUM_THREADS" = 1 && test "$PIP_NO_INDEX" = 1 && test -z "${{BASH_ENV:-}}"
-        python -c "import devicekit, models, trainer"
+        python -c "from importlib.util import find_spec as f; assert f('devicekit')"
+        python -c "from importlib.util import find_spec as f; print(f('models').origin)" > found
+        test "$(cat found)" = "$PWD/models/__init__.py"
         echo "# changed by a block" >> main.py
         ```
         """,
     )
     assert failure(commands, tmp_path) is None
     assert (REPO / "main.py").read_bytes() == main_before
+
+
+def test_a_blocks_devicekit_commands_answer_as_their_processes_would(tmp_path):
+    """`python -m devicekit` in a bash block (run in the test process where it starts no
+    process) gives the block its output, through a redirection too, and its exit code: a
+    refusal fails the block at its line, with the one line on stderr."""
+    answers, refused = blocks(
+        tmp_path,
+        f"""\
+        ```bash
+        python -m devicekit --version > version
+        test "$(cat version)" = "devicekit {devicekit.__version__}"
+        test "$(python -m devicekit nproc --device cpu)" = 2
+        ```
+
+        ```bash
+        python -m devicekit check --device tpu
+        echo "not reached"
+        ```
+        """,
+    )
+    assert failure(answers, tmp_path, "answers") is None
+    why = failure(refused, tmp_path, "refused")
+    assert why is not None and why.startswith(
+        "doc.md:7: exit code 2, expected success (0); the command at doc.md:8 exited 2\n"
+    )
+    assert "\nerror: --device tpu: unknown device 'tpu'" in why and "not reached" not in why
 
 
 def test_fences_in_list_items_are_found_and_run(tmp_path):

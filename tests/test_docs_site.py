@@ -206,20 +206,22 @@ def _fenced(text, language):
     return re.findall(rf"^```{language}\n(.*?)^```$", text, re.M | re.S)
 
 
+def unmarked(body):
+    """A block without its `# not run by the tests: REASON` line."""
+    return "".join(
+        line for line in body.splitlines(keepends=True) if "not run by the tests" not in line
+    )
+
+
 def test_readme_tour_is_the_getting_started_script_and_commands():
     """README's tour is not run by the docs tests because getting-started.md runs the same
     script and commands: the two must not drift apart."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     started = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
-    tiny = [body for body in _fenced(readme, "python") if body.startswith("# tiny.py")]
-    # getting-started.md's copy is only written there (its next block runs it): the marker
-    # line aside, the two are the same script.
-    scripts = [
-        "".join(
-            line for line in body.splitlines(keepends=True) if "not run by the tests" not in line
-        )
-        for body in _fenced(started, "python")
-    ]
+    # Neither copy runs where it stands (getting-started.md's next block runs its copy): the
+    # marker lines aside, the two are the same script.
+    tiny = [unmarked(body) for body in _fenced(readme, "python") if body.startswith("# tiny.py")]
+    scripts = [unmarked(body) for body in _fenced(started, "python")]
     assert tiny and tiny[0] in scripts, "README's tiny.py differs"
     (tour,) = [body for body in _fenced(readme, "bash") if "docs/getting-started.md runs" in body]
     commands = {line.split("#")[0].strip() for line in tour.splitlines()} - {""}

@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+from devicekit.environments import find_free_port
 from support.launchers import output_text, start
 from support.paths import REPO
 from support.processes import Processes, describe
@@ -70,8 +71,12 @@ LOGGED = {}
 
 def start_example(procs, launcher, example, args, nproc, tmp_path, **extra):
     """Start examples/`example`.py with `args` the way `launcher` does with `nproc` ranks
-    (`extra`: start()'s keywords and variables)."""
+    (`extra`: start()'s keywords and variables). run_8p.sh is given its master port:
+    finding a free one itself costs a Python that imports torch, and the README's demo run
+    (tests/test_train_runs.py) covers that path."""
     script = REPO / "examples" / f"{example}.py"
+    if launcher == "run_8p":
+        extra.setdefault("MASTER_PORT", find_free_port())
     return start(procs, launcher, script, args, nproc, tmp_path, **extra)
 
 
@@ -164,18 +169,21 @@ def test_two_ranks_with_half_the_batch_equal_one_rank(name, planned_runs):
 
 
 def test_gpt_resumes_from_its_periodic_checkpoint(tmp_path, planned_runs):
-    """8 iterations straight equal 4, a checkpoint, and a resumed run of the last 4."""
+    """8 iterations straight equal 4, a checkpoint, and a resumed run of the last 4 (under
+    Ascend's RANK_ID loop, then launch/run_8p.sh: launchers that start no Python of their
+    own; the launcher does not change the weights)."""
     straight, _ = planned_runs(*planned("gpt_pretrain", 2))
     out = tmp_path / "resumed" / "gpt_pretrain.pt"
     out.parent.mkdir()
     common = ["--batch-size", "6", "--save-every", "4", "--no-amp", "--out", str(out)]
     with Processes(tmp_path / "resumed" / "processes") as procs:
         first = start_example(
-            procs, "python", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path
+            procs, "ascend", "gpt_pretrain", ["--iters", "4", *common], 2, tmp_path
         )
-        assert procs.finish_all(first, RUN_TIMEOUT_S)[0].returncode == 0
+        results = procs.finish_all(first, RUN_TIMEOUT_S)
+        assert all(r.returncode == 0 for r in results), describe(results)
         second = start_example(
-            procs, "torchrun", "gpt_pretrain", ["--iters", "8", "--resume", *common], 2, tmp_path
+            procs, "run_8p", "gpt_pretrain", ["--iters", "8", "--resume", *common], 2, tmp_path
         )
         results = procs.finish_all(second, RUN_TIMEOUT_S)
     assert results[0].returncode == 0, describe(results)
@@ -192,11 +200,12 @@ def losses(text):
 def test_sharded_gpt_on_the_npu_stand_in_follows_ddp_and_resumes_on_three_cpu_ranks(
     tmp_path, planned_runs
 ):
-    """--strategy shard (devicekit.shard, fp32) under torchrun on 2 ranks of the npu
-    stand-in has DDP's losses (the plan's 2-rank CPU run, same global batch); its checkpoint
-    folder, saved at iteration 4, resumes on the other kind (the CPU) under torchrun on 3
-    ranks with DDP's losses for the last 4, and loads into a plain model in this one process
-    with DDP's final weights."""
+    """--strategy shard (devicekit.shard, fp32) under Ascend's RANK_ID loop on 2 ranks of the
+    npu stand-in has DDP's losses (the plan's 2-rank CPU run, same global batch); its
+    checkpoint folder, saved at iteration 4, resumes on the other kind (the CPU) as a shell
+    loop starts 3 ranks (RANK/WORLD_SIZE) with DDP's losses for the last 4, and loads into a
+    plain model in this one process with DDP's final weights. (Per-rank launchers: no
+    launcher process of their own to import torch.)"""
     import devicekit
 
     sys.path.insert(0, str(REPO / "examples"))
@@ -212,7 +221,7 @@ def test_sharded_gpt_on_the_npu_stand_in_follows_ddp_and_resumes_on_three_cpu_ra
     with Processes(tmp_path / "processes") as procs:
         first = start_example(
             procs,
-            "torchrun",
+            "ascend",
             "gpt_pretrain",
             [*common, "--iters", "4", "--batch-size", "6", "--out", out],
             2,
@@ -222,11 +231,11 @@ def test_sharded_gpt_on_the_npu_stand_in_follows_ddp_and_resumes_on_three_cpu_ra
         )
         results = procs.finish_all(first, RUN_TIMEOUT_S)
         assert all(r.returncode == 0 for r in results), describe(results)
-        sharded = losses(output_text(results, tmp_path, "torchrun"))
+        sharded = losses(output_text(results, tmp_path, "ascend"))
         assert sorted(p.name for p in out.iterdir())[:1] == [".metadata"], list(out.iterdir())
         second = start_example(
             procs,
-            "torchrun",
+            "env",
             "gpt_pretrain",
             [*common, "--iters", "8", "--batch-size", "4", "--out", out, "--resume"],
             3,
@@ -234,7 +243,7 @@ def test_sharded_gpt_on_the_npu_stand_in_follows_ddp_and_resumes_on_three_cpu_ra
         )
         results = procs.finish_all(second, RUN_TIMEOUT_S)
     assert all(r.returncode == 0 for r in results), describe(results)
-    text = output_text(results, tmp_path, "torchrun")
+    text = output_text(results, tmp_path, "env")
     resumed = losses(text)
     assert sorted(sharded) == [0, 1, 2, 3] and sorted(resumed) == [4, 5, 6, 7], text
     for it, loss in {**sharded, **resumed}.items():
@@ -255,13 +264,14 @@ def test_under_a_memory_cap_ddp_runs_out_and_shard_trains(tmp_path):
     """Each of 2 npu stand-in devices holds 16 MiB: the GPT of 4 blocks of width 128 (0.8 M
     parameters, 3.2 MB in fp32) needs about 20 MB a rank under DDP (its parameters, gradient
     buckets and two AdamW moments whole) and 14 MB sharded. DDP ends with exit code 2 and
-    one line naming the NPU that ran out; --strategy shard trains."""
+    one line naming the NPU that ran out (launch()'s: `python gpt_pretrain.py`); --strategy
+    shard trains (as Ascend's RANK_ID loop starts it: no launcher process to import torch)."""
     args = ["--dim", "128", "--layers", "4", "--iters", "2", "--no-amp", "--batch-size", "6"]
     with Processes(tmp_path / "processes") as procs:
         started = {
             strategy: start_example(
                 procs,
-                "python",
+                launcher,
                 "gpt_pretrain",
                 [*args, "--strategy", strategy, "--out", tmp_path / strategy],
                 2,
@@ -270,10 +280,10 @@ def test_under_a_memory_cap_ddp_runs_out_and_shard_trains(tmp_path):
                 DEVICEKIT_SIMULATE_MEMORY="16MiB",
                 **NPU_STAND_IN,
             )
-            for strategy in ("ddp", "shard")
+            for strategy, launcher in (("ddp", "python"), ("shard", "ascend"))
         }
         [ddp] = procs.finish_all(started["ddp"], RUN_TIMEOUT_S)
-        [shard] = procs.finish_all(started["shard"], RUN_TIMEOUT_S)
+        shard = procs.finish_all(started["shard"], RUN_TIMEOUT_S)
     assert ddp.returncode == 2 and "Traceback" not in ddp.stderr, describe([ddp])
     # One line for the run, from the rank that ran out first, naming its NPU (both ranks
     # run out here: they hold the same).
@@ -287,5 +297,6 @@ def test_under_a_memory_cap_ddp_runs_out_and_shard_trains(tmp_path):
         r"devicekit\.shard\(model\) \(activation_checkpointing=True saves more\)",
         lines[0],
     ), lines
-    assert shard.returncode == 0, describe([shard])
-    assert sorted(int(m.group(1)) for m in DONE.finditer(shard.stdout)) == [0, 1], shard.stdout
+    assert all(r.returncode == 0 for r in shard), describe(shard)
+    text = "".join(r.stdout for r in shard)
+    assert sorted(int(m.group(1)) for m in DONE.finditer(text)) == [0, 1], text

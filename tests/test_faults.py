@@ -5,7 +5,10 @@ rank restarted, and signals to the launchers.
 Faults are injected from outside the production code: tests/fault_injection/ goes first on
 PYTHONPATH, and its sitecustomize.py (which Python runs at start-up in every process,
 spawned ranks included) patches trainer.loop when FAULT_KIND is set, so that rank
-FAULT_RANK stamps the time and then SIGKILLs itself or raises at step FAULT_AT_STEP.
+FAULT_RANK stamps the time and then SIGKILLs itself or raises at step FAULT_AT_STEP. Where
+the claim is the launcher's alone, the ranks are stand-ins that import no torch
+(tests/fault_injection/stand_in_rank.py), and runs that can show several claims are shared
+(module fixtures: the setup failures side by side, the restart runs side by side).
 
 Every process a test starts runs in its own session with FAULT_TEST_MARKER=<unique> in its
 environment (inherited by launchers' workers, spawned ranks and DataLoader workers), with
@@ -16,6 +19,7 @@ support/time_limit.py). Timings of the launcher runs are printed as a table at t
 the module (pytest -s) and written as JSON to $DEVICEKIT_FAULT_REPORT when it is set.
 """
 
+import contextlib
 import json
 import os
 import random
@@ -43,7 +47,9 @@ from support.two_nodes import (  # noqa: F401  (the fixture two_namespaces)
 )
 
 WRITER = FAULT_DIR / "checkpoint_writer.py"
+STAND_IN = FAULT_DIR / "stand_in_rank.py"
 EXAMPLES = REPO / "examples"
+NETWORK = REPO / "devicekit" / "network.py"
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +64,10 @@ FAULT_AT_STEP = random.Random(FAULT_SEED).randint(3, 12)
 # never gets far: it ends at the fault (or the signal), so its length is the start-up (the
 # imports, a loader worker each) plus a few steps of ~15 ms plus the launcher's reaction.
 TRAIN_ARGS = tiny_args(epochs=50, steps=200, val_steps=None, workers=1, print_freq=1)
+# The same without loader workers, for the main.py ranks that raise (a raising rank ends
+# its workers itself; on this interpreter each rank's would add a forkserver importing
+# torch, see devicekit.workers). The workers of a killed rank: the stand-in ranks' children.
+DEATH_ARGS = tiny_args(epochs=50, steps=200, val_steps=None, workers=0, print_freq=1)
 SHORT_ARGS = tiny_args(epochs=1, steps=2, val_steps=1, print_freq=1)
 
 START_TIMEOUT_S = 180  # until the fault fires (2 ranks starting on 2 busy cores)
@@ -73,6 +83,24 @@ def start_main(run, name, launcher, args, directory, fault=None, launcher_args=(
         launcher, MAIN, args, NPROC, directory, name=name, launcher_args=launcher_args
     )
     return run.start(name, command.argv, run.env(fault, **command.env, **extra))
+
+
+def finish_each(runs, timeout):
+    """Wait (`timeout` s in all) until run `name` of `runs` ({name: Tracked}) exited, for
+    each name; {name: (Finished, time.time() at exit)}, each read as it exits (so that its
+    seconds end there)."""
+    done = {}
+
+    def all_done():
+        for name, run in runs.items():
+            if name not in done and run.proc(name).poll() is not None:
+                done[name] = run.read(name), time.time()
+        return len(done) == len(runs)
+
+    poll_until(
+        all_done, timeout, "the end of every run", lambda: f"not ended: {set(runs) - set(done)}"
+    )
+    return done
 
 
 @time_limit(60)
@@ -99,6 +127,23 @@ def test_the_harness_finds_and_kills_an_escaped_process(tmp_path):
 
 LAUNCHERS = ["torchrun", "launch", "spawn", "run_8p"]
 FAULT_KINDS = ["kill", "raise"]
+# Which ranks each launcher x fault runs: main.py training (rank 0 in a gloo collective when
+# rank 1 raises, main.py's traceback in the launcher's output) under launch, spawn and
+# run_8p.sh; stand-in ranks (no torch, tests/fault_injection/stand_in_rank.py) where the
+# claim is the launcher's report of that kind of failure. main.py's rank 1 is SIGKILLed
+# mid-epoch under torchrun and run_8p.sh in test_a_lost_rank_is_restarted_and_ends_bitwise_
+# identical (each launcher stops rank 0 and starts both again), and spawn's cell "kill" is
+# the run of test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint (a
+# rank of devicekit.launch(), which main.py --multiprocessing-distributed runs, SIGKILLed).
+DEATH_CELLS = [
+    ("torchrun", "kill", "stand-in"),
+    ("torchrun", "raise", "stand-in"),
+    ("launch", "kill", "stand-in"),
+    ("launch", "raise", "main.py"),
+    ("spawn", "raise", "main.py"),
+    ("run_8p", "kill", "stand-in"),
+    ("run_8p", "raise", "main.py"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -172,15 +217,43 @@ def check_names_failing_rank(launcher, fault, result, logs):
     return found[0]
 
 
+def _death_row(launcher, fault, result, stamp, exited_at, left_at_exit, gone_s, line):
+    """One row of fault_table."""
+    return {
+        "launcher": launcher,
+        "fault": fault,
+        "returncode": result.returncode,
+        "start_to_fault_s": round(result.seconds - (exited_at - stamp["time"]), 3),
+        "detect_s": round(exited_at - stamp["time"], 3),
+        "left_at_exit": len(left_at_exit),
+        "gone_after_exit_s": round(gone_s, 3),
+        "reported": line,
+    }
+
+
 @time_limit(300)
-@pytest.mark.parametrize("fault", FAULT_KINDS)
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
+@pytest.mark.parametrize(
+    "launcher, fault, rank_program",
+    DEATH_CELLS,
+    ids=[f"{cell[0]}-{cell[1]}" for cell in DEATH_CELLS],
+)
+def test_a_rank_dies_mid_epoch(launcher, fault, rank_program, tmp_path, fault_table):
+    """Rank 1 SIGKILLs itself or raises: the launcher exits non-zero (not the usage error's
+    2; run_8p.sh with the rank's own code) within DETECT_BOUND_S of the fault, names local
+    rank 1 and how it failed, and no process of the run (loader workers included) is left.
+    Where the rank is main.py, the fault comes mid-epoch after rank 0 printed progress, and
+    a raise's traceback reaches the launcher's output."""
     stamp_path, out_dir, logs_dir = tmp_path / "fault.json", tmp_path / "out", log_dir(tmp_path)
     fault_env = {"kind": fault, "rank": FAULT_RANK, "at_step": FAULT_AT_STEP, "stamp": stamp_path}
+    # A master port given spares run_8p.sh its lookup (an interpreter importing torch).
+    extra = {"MASTER_PORT": find_free_port()} if launcher == "run_8p" else {}
     with Tracked(tmp_path) as run:
-        args = [*TRAIN_ARGS, "--output-dir", out_dir]
-        proc = start_main(run, "launcher", launcher, args, tmp_path, fault_env)
+        if rank_program == "main.py":
+            args, program = [*DEATH_ARGS, "--output-dir", out_dir], MAIN
+        else:
+            args, program = [], script(STAND_IN)
+        (command,) = commands(launcher, program, args, NPROC, tmp_path, name="launcher")
+        proc = run.start("launcher", command.argv, run.env(fault_env, **command.env, **extra))
         # The fault fires (or the launcher ends early, which fails below).
         poll_until(
             lambda: stamp_path.exists() or proc.poll() is not None,
@@ -202,8 +275,12 @@ def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
     if launcher == "run_8p":
         assert result.returncode == (137 if fault == "kill" else 1), f"{result}\n{logs}"
     assert detect_s < DETECT_BOUND_S, f"{detect_s:.1f} s from fault to launcher exit\n{result}"
-    # Training was under way: rank 0 had printed progress before rank 1 failed.
-    assert re.search(r"^Epoch: \[0\]\[\s*\d+/200\]", result.stdout, re.M), f"{result}\n{logs}"
+    if rank_program == "main.py":
+        # Training was under way: rank 0 had printed progress before rank 1 failed.
+        under_way = r"^Epoch: \[0\]\[\s*\d+/200\]"
+    else:
+        under_way = r"^up 0$"
+    assert re.search(under_way, result.stdout, re.M), f"{result}\n{logs}"
     line = check_names_failing_rank(launcher, fault, result, logs)
     if fault == "raise":
         where = logs if launcher == "run_8p" else result.stderr
@@ -211,109 +288,92 @@ def test_a_rank_dies_mid_epoch(launcher, fault, tmp_path, fault_table):
     else:
         assert "injected fault" not in result.stdout + result.stderr + logs
     fault_table.append(
-        {
-            "launcher": launcher,
-            "fault": fault,
-            "returncode": result.returncode,
-            "start_to_fault_s": round(result.seconds - (exited_at - stamp["time"]), 3),
-            "detect_s": round(detect_s, 3),
-            "left_at_exit": len(left_at_exit),
-            "gone_after_exit_s": round(gone_s, 3),
-            "reported": line,
-        }
+        _death_row(launcher, fault, result, stamp, exited_at, left_at_exit, gone_s, line)
     )
 
 
-# -- 2. a rank that never arrives --------------------------------------------------------------
+# -- 2. a rank that never arrives ------------------------------------------------------------------
+
+SETUP_ARGS = [*SHORT_ARGS, "--dist-timeout", "5"]
 
 
-@time_limit(120)
-@pytest.mark.parametrize("idiom", ["env", "ascend"])
-def test_a_rank_that_never_arrives(idiom, tmp_path):
-    port = find_free_port()
-    with Tracked(tmp_path) as run:
-        if idiom == "env":
-            env = run.env(
-                RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=port
-            )
-            argv = [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"]
-        else:
-            env = run.env(RANK_ID=0, RANK_SIZE=2)
-            argv = [PY, "main.py", *SHORT_ARGS, "--port", port, "--dist-timeout", "5"]
-        argv += ["--output-dir", tmp_path / "out"]
-        run.start("rank0", argv, env)
-        run.start_baseline("rank0", argv, env)
-        baseline = run.baseline("rank0", 90)
-        result, _ = run.wait("rank0", 90)
+@pytest.fixture(scope="module")
+def setup_failures(tmp_path_factory):
+    """The ranks whose setup fails, all at once beside one baseline (support.tracked's
+    start_baseline: the same command refused once Python, torch and the trainer are loaded,
+    under the same load): rank 0 of 2 whose peer never comes (the env and the Ascend
+    idioms), rank 0 whose master port is taken, rank 1 whose master port is another
+    service's (it accepts connections and never answers as a torch store), rank 1 whose
+    master address does not resolve. {"results": {name: Finished}, "ports": {name: port},
+    "outputs": {name: its --output-dir}}; each Finished is read as it exits."""
+    tmp_path = tmp_path_factory.mktemp("setup_failures")
+    ports = {"never-env": find_free_port(), "never-ascend": find_free_port()}
+    outputs = {}
+    with contextlib.ExitStack() as stack:
+        ports["taken"] = stack.enter_context(taken_port())
+        ports["held"] = stack.enter_context(taken_port())
+        run = stack.enter_context(Tracked(tmp_path))
+        rank = {"RANK": 0, "WORLD_SIZE": 2, "LOCAL_RANK": 0, "MASTER_ADDR": "127.0.0.1"}
+        starts = {
+            "never-env": ([], dict(rank, MASTER_PORT=ports["never-env"])),
+            "never-ascend": (["--port", ports["never-ascend"]], {"RANK_ID": 0, "RANK_SIZE": 2}),
+            "taken": ([], dict(rank, MASTER_PORT=ports["taken"])),
+            "held": ([], dict(rank, RANK=1, LOCAL_RANK=1, MASTER_PORT=ports["held"])),
+            "unresolved": (
+                [],
+                dict(
+                    rank,
+                    RANK=1,
+                    LOCAL_RANK=1,
+                    MASTER_ADDR="nonexistent.invalid",
+                    MASTER_PORT=find_free_port(),
+                ),
+            ),
+        }
+        argvs = {}
+        for name, (args, variables) in starts.items():
+            outputs[name] = tmp_path / name / "out"
+            argvs[name] = [PY, "main.py", *SETUP_ARGS, *args, "--output-dir", outputs[name]]
+            run.start(name, argvs[name], run.env(**variables))
+        run.start_baseline("never-env", argvs["never-env"], run.env(**starts["never-env"][1]))
+        names = [*starts, "never-env-baseline"]
+        results = {
+            name: result for name, (result, _) in finish_each({n: run for n in names}, 120).items()
+        }
         run.wait_all_gone(GONE_BOUND_S)
-    waited_s = result.seconds - baseline.seconds
+    baseline = results.pop("never-env-baseline")
+    assert baseline.returncode == 2 and "is not below" in baseline.stderr, baseline
+    return {"results": results, "baseline": baseline, "ports": ports, "outputs": outputs}
+
+
+@time_limit(60)
+@pytest.mark.parametrize("idiom", ["env", "ascend"])
+def test_a_rank_that_never_arrives(idiom, setup_failures):
+    result = setup_failures["results"][f"never-{idiom}"]
+    port = setup_failures["ports"][f"never-{idiom}"]
+    waited_s = result.seconds - setup_failures["baseline"].seconds
     print(f"\n[{idiom}] rank 0 alone gave up {waited_s:.1f} s after setup (--dist-timeout 5)")
     assert result.returncode == 2, result
-    assert waited_s < NEVER_ARRIVES_BOUND_S, (baseline.seconds, result)
+    assert waited_s < NEVER_ARRIVES_BOUND_S, (setup_failures["baseline"].seconds, result)
     lines = result.stderr_lines()
     assert len(lines) == 1, result
     assert re.search(r"rank\(s\) 1 of 2 did not join .*within --dist-timeout 5s", lines[0]), lines
     assert str(port) in lines[0], lines
     assert result.stdout == "", result
-    assert not (tmp_path / "out").exists()
+    assert not setup_failures["outputs"][f"never-{idiom}"].exists()
 
 
 # -- 3. the master port is taken ---------------------------------------------------------------
 
 
-@time_limit(120)
-def test_master_port_taken_is_one_line(tmp_path):
-    with taken_port() as port, Tracked(tmp_path) as run:
-        env = run.env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        run.start(
-            "rank0",
-            [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5", "--output-dir", tmp_path / "out"],
-            env,
-        )
-        result, _ = run.wait("rank0", 60)
-        run.wait_all_gone(GONE_BOUND_S)
+@time_limit(60)
+def test_master_port_taken_is_one_line(setup_failures):
+    result, port = setup_failures["results"]["taken"], setup_failures["ports"]["taken"]
     assert result.returncode == 2, result
     lines = result.stderr_lines()
     assert len(lines) == 1, result
     assert f"master port {port}" in lines[0] and "in use" in lines[0], lines
     assert result.stdout == "", result
-
-
-@time_limit(180)
-def test_single_node_spawn_needs_no_port_even_with_29500_taken(tmp_path):
-    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        try:
-            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
-            holder.bind(("", 29500))  # every address: what a TCPStore on 29500 would need
-            holder.listen()
-        except OSError as error:
-            pytest.skip(f"port 29500 cannot be bound here ({error}), so it cannot be held")
-        with Tracked(tmp_path) as run:
-            run.start(
-                "spawn",
-                [
-                    PY,
-                    "main.py",
-                    "--multiprocessing-distributed",
-                    "--nproc-per-node",
-                    NPROC,
-                    *SHORT_ARGS,
-                    "--output-dir",
-                    tmp_path / "out",
-                ],
-                run.env(),
-            )
-            result, _ = run.wait("spawn", 150)
-            run.wait_all_gone(GONE_BOUND_S)
-    finally:
-        holder.close()
-    assert result.returncode == 0, result
-    master = re.search(r"master 127\.0\.0\.1:(\d+)\)", result.stdout)
-    assert master and master.group(1) != "29500", result
-    hashes = re.findall(r"^=> rank (\d)/2 done: weights (\w+)$", result.stdout, re.M)
-    assert sorted(r for r, _ in hashes) == ["0", "1"] and len({h for _, h in hashes}) == 1, result
-    assert (tmp_path / "out" / "checkpoint.pth.tar").is_file()
 
 
 # -- 4. SIGKILL while a checkpoint is being written ---------------------------------------------
@@ -361,24 +421,34 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
     target, progress = tmp_path / "checkpoint.pth.tar", tmp_path / "progress.log"
     numel = CHECKPOINT_MB * (1 << 20) // 4
     previous_epoch, mid_write, events = 0, 0, []
+
+    def ready(round_):
+        """Writer `round_`'s pid, once it is ready (it loaded the target, as a resumed run)."""
+        poll_until(
+            lambda: len(_progress(progress)["ready"]) > round_ or zygote.poll() is not None,
+            60,
+            f"writer {round_} ready",
+            lambda: str(run.read("writers")),
+        )
+        pids = _progress(progress)["ready"]
+        assert len(pids) > round_, f"the writers stopped early\n{run.read('writers')}"
+        assert pids[round_] in run.alive(), f"writer {round_} died\n{run.read('writers')}"
+        return pids[round_]
+
+    def kill(pid):
+        os.kill(pid, signal.SIGKILL)
+        poll_until(lambda: pid in _progress(progress)["died"], 30, f"writer {pid} reaped")
+        status = _progress(progress)["died"][pid]
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
     with Tracked(tmp_path) as run:
-        # One process imports torch and forks the KILLS writers one after another.
+        # One process imports torch and forks the writers one after another: KILLS killed at
+        # random moments, then one that must resume from what they left and write past it.
         zygote = run.start(
-            "writers", [PY, WRITER, target, progress, CHECKPOINT_MB, KILLS], run.env()
+            "writers", [PY, WRITER, target, progress, CHECKPOINT_MB, KILLS + 1], run.env()
         )
         for round_ in range(KILLS):
-            poll_until(
-                lambda round_=round_: (
-                    len(_progress(progress)["ready"]) > round_ or zygote.poll() is not None
-                ),
-                60,
-                f"writer {round_} ready",
-                lambda: str(run.read("writers")),
-            )
-            pids = _progress(progress)["ready"]
-            assert len(pids) > round_, f"the writers stopped early\n{run.read('writers')}"
-            pid = pids[round_]
-            assert pid in run.alive(), f"writer {round_} died on its own\n{run.read('writers')}"
+            pid = ready(round_)
             # The crash comes at a random moment across the next few writes (each ~0.1 s).
             # Meanwhile the target, once written, must always be a whole file.
             kill_at = time.monotonic() + rng.uniform(0.0, 1.0)
@@ -386,12 +456,7 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
                 if target.exists():
                     assert target.stat().st_size > numel * 4, "a partial file at the target"
                 time.sleep(0.01)
-            os.kill(pid, signal.SIGKILL)
-            poll_until(
-                lambda pid=pid: pid in _progress(progress)["died"], 30, f"writer {round_} reaped"
-            )
-            status = _progress(progress)["died"][pid]
-            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+            kill(pid)
             state = _progress(progress)
             mid_write += state["last"] == "start"
             if state["done"] == 0:
@@ -403,80 +468,83 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_file(tmp_path):
             assert epoch >= previous_epoch
             previous_epoch = epoch
             events.append((round_, state["last"], epoch))
+        leftovers = sorted(tmp_path.glob(".checkpoint.pth.tar.*.tmp"))
+        print(
+            f"\n{KILLS} SIGKILLs (seed {seed}), {mid_write} during a write, last epoch "
+            f"{previous_epoch}, {len(leftovers)} temporary file(s) left behind"
+        )
+        assert mid_write >= 1, f"no kill landed during a write (seed {seed}): {events}"
+        assert previous_epoch >= 1, events
+        # A kill during a write leaves its temporary file until the next complete write
+        # removes it; none of them affects loading ...
+        assert _check_checkpoint(target, numel) == previous_epoch
+        # ... nor the next writer, which resumes from the target and replaces it.
+        pid = ready(KILLS)
+        poll_until(
+            lambda: _progress(progress)["done"] > previous_epoch or zygote.poll() is not None,
+            60,
+            "a write after the crashes",
+            lambda: str(run.read("writers")),
+        )
+        kill(pid)
         result, _ = run.wait("writers", 30)
         assert result.returncode == 0, result
         run.wait_all_gone(GONE_BOUND_S)
-    leftovers = sorted(tmp_path.glob(".checkpoint.pth.tar.*.tmp"))
-    print(
-        f"\n{KILLS} SIGKILLs (seed {seed}), {mid_write} during a write, last epoch "
-        f"{previous_epoch}, {len(leftovers)} temporary file(s) left behind"
-    )
-    assert mid_write >= 1, f"no kill landed during a write (seed {seed}): {events}"
-    assert previous_epoch >= 1, events
-    # A kill during a write leaves its temporary file until the next complete write removes
-    # it; none of them affects loading ...
-    assert _check_checkpoint(target, numel) == previous_epoch
-    # ... nor a fresh process that resumes from the target and replaces it.
-    with Tracked(tmp_path, "procs-final") as run:
-        proc = run.start("final", [PY, WRITER, target, progress, CHECKPOINT_MB], run.env())
-        poll_until(
-            lambda: _progress(progress)["done"] > previous_epoch or proc.poll() is not None,
-            60,
-            "a write after the crashes",
-            lambda: str(run.read("final")),
-        )
-        os.kill(proc.pid, signal.SIGKILL)
-        run.wait("final", 30)
     assert _check_checkpoint(target, numel) > previous_epoch
 
 
 @time_limit(240)
 def test_ctrl_c_of_run_8p_during_checkpoint_writes_leaves_no_temporary_file(tmp_path):
-    """Ctrl-C of run_8p.sh (SIGINT; the script stops its ranks with SIGTERM) at random
-    moments while both ranks write checkpoints back to back: the write under way is undone
-    (its temporary file removed) before the rank ends, and each rank's last checkpoint is a
-    whole one. Before ranks handled SIGTERM during a write, 2 tries in 3 left a file."""
-    rng = random.Random(f"{FAULT_SEED}:run_8p-writes")
-    numel, landed = CHECKPOINT_MB * (1 << 20) // 4, []
-    for attempt in range(3):
-        folder = tmp_path / str(attempt)
-        folder.mkdir()
-        args = [folder / "ckpt_{rank}.pt", folder / "progress_{rank}.log", CHECKPOINT_MB]
-        (command,) = commands("run_8p", WRITER, args, NPROC, folder, name="run")
-        progress = [folder / f"progress_{rank}.log" for rank in range(NPROC)]
-        with Tracked(folder) as run:
-            # A master port given spares the script its lookup (an interpreter's start).
-            env = run.env(**command.env, MASTER_PORT=find_free_port())
-            proc = run.start("run", command.argv, env)
-            poll_until(
-                lambda progress=progress, proc=proc: (
-                    all(_progress(p)["done"] for p in progress) or proc.poll() is not None
-                ),
-                START_TIMEOUT_S,
-                "both ranks writing",
-                lambda: str(run.read("run")),
-            )
-            time.sleep(rng.uniform(0.0, 0.5))  # a moment among the next writes (~0.1 s each)
-            proc.send_signal(signal.SIGINT)
-            result, _ = run.wait("run", 30)
-            run.wait_all_gone(GONE_BOUND_S)
-        assert result.returncode == 130, result
-        for rank, log in enumerate(progress):
-            state = _progress(log)
-            landed.append(state["last"] == "start")
-            epoch = _check_checkpoint(folder / f"ckpt_{rank}.pt", numel)
-            assert state["done"] <= epoch <= state["started"], (rank, state, epoch)
-        assert not list(folder.glob(".ckpt_*.tmp")), sorted(p.name for p in folder.iterdir())
-    assert any(landed), f"no signal landed during a write (seed {FAULT_SEED})"
+    """Ctrl-C of run_8p.sh (SIGINT; the script stops its ranks with SIGTERM) while both ranks
+    write checkpoints back to back, sent as rank 0 begins a write (rank 1 is wherever it is
+    then): the write under way is undone (its temporary file removed) before the rank ends,
+    and each rank's last checkpoint is a whole one. Before ranks handled SIGTERM during a
+    write, 2 tries in 3 at random moments left a file."""
+    numel = CHECKPOINT_MB * (1 << 20) // 4
+    args = [tmp_path / "ckpt_{rank}.pt", tmp_path / "progress_{rank}.log", CHECKPOINT_MB]
+    (command,) = commands("run_8p", WRITER, args, NPROC, tmp_path, name="run")
+    progress = [tmp_path / f"progress_{rank}.log" for rank in range(NPROC)]
+    with Tracked(tmp_path) as run:
+        # A master port given spares the script its lookup (an interpreter's start).
+        proc = run.start("run", command.argv, run.env(**command.env, MASTER_PORT=find_free_port()))
+        poll_until(
+            lambda: all(_progress(p)["done"] for p in progress) or proc.poll() is not None,
+            START_TIMEOUT_S,
+            "both ranks writing",
+            lambda: str(run.read("run")),
+        )
+        poll_until(
+            lambda: _progress(progress[0])["last"] == "start" or proc.poll() is not None,
+            30,
+            "rank 0 beginning a write",
+            lambda: str(run.read("run")),
+        )
+        proc.send_signal(signal.SIGINT)
+        result, _ = run.wait("run", 30)
+        run.wait_all_gone(GONE_BOUND_S)
+    assert result.returncode == 130, result
+    landed = []
+    for rank, log in enumerate(progress):
+        state = _progress(log)
+        landed.append(state["last"] == "start")
+        epoch = _check_checkpoint(tmp_path / f"ckpt_{rank}.pt", numel)
+        assert state["done"] <= epoch <= state["started"], (rank, state, epoch)
+    assert landed[0], f"the signal did not land during rank 0's write: {landed}"
+    assert not list(tmp_path.glob(".ckpt_*.tmp")), sorted(p.name for p in tmp_path.iterdir())
 
 
 @time_limit(240)
-def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_path):
+def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_path, fault_table):
     """gpt_pretrain --strategy shard on 2 ranks saves its checkpoint folder every iteration;
     rank 1 is SIGKILLed in the second save, its shard file written, the metadata not yet.
     The run ends naming rank 1, and the folder still holds the first save, whole: it loads
     here, into a plain model. (The next save replaces the half-written folder: the
-    one-process run of tests/test_sharding.py saves over one.)"""
+    one-process run of tests/test_sharding.py saves over one.)
+
+    It is also the cell (spawn, kill) of test_a_rank_dies_mid_epoch: devicekit.launch()'s
+    supervisor, which main.py --multiprocessing-distributed runs too, exits within
+    DETECT_BOUND_S of the kill with its own line (not torch's exception) saying the other
+    ranks were stopped, and none of them is left."""
     import torch
 
     import devicekit
@@ -493,11 +561,17 @@ def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_
     fault = {"kind": "kill-in-save", "rank": FAULT_RANK, "at_save": 2, "stamp": stamp}
     with Tracked(tmp_path) as run:
         run.start("killed", command.argv, run.env(fault, **command.env))
-        killed, _ = run.wait("killed", 150)
-        run.wait_all_gone(GONE_BOUND_S)
-    assert json.loads(stamp.read_text())["rank"] == FAULT_RANK, killed
-    line = f"error: local rank {FAULT_RANK} was killed by SIGKILL"
-    assert killed.returncode == 1 and line in killed.stderr, killed
+        killed, exited_at = run.wait("killed", 150)
+        left_at_exit = run.alive()
+        gone_s = run.wait_all_gone(GONE_BOUND_S)
+    fired = json.loads(stamp.read_text())
+    assert fired["rank"] == FAULT_RANK, killed
+    assert exited_at - fired["time"] < DETECT_BOUND_S, (exited_at - fired["time"], killed)
+    line = check_names_failing_rank("spawn", "kill", killed, "")
+    assert killed.returncode == 1, killed
+    fault_table.append(
+        _death_row("spawn", "kill", killed, fired, exited_at, left_at_exit, gone_s, line)
+    )
     partial = {p.name for p in out.with_name("gpt.partial").iterdir()}
     assert "__1_0.distcp" in partial and ".metadata" not in partial, partial
     model = TinyGPT()
@@ -512,11 +586,15 @@ def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_
 @time_limit(120)
 def test_interface_towards_inside_a_namespace(two_namespaces, tmp_path):
     ns = two_namespaces
+    # devicekit/network.py loaded on its own (it needs the standard library only): the
+    # package's __init__ would import torch, which this probe does not need.
     code = (
-        "import json; from devicekit.network import interface_towards as t, "
-        "local_address_towards as a; "
-        f"print(json.dumps([t({ns['addresses'][1]!r}, 29500), t('127.0.0.1', 29500), "
-        f"a({ns['addresses'][1]!r}, 29500)]))"
+        "import importlib.util, json; "
+        f"spec = importlib.util.spec_from_file_location('network', {str(NETWORK)!r}); "
+        "n = importlib.util.module_from_spec(spec); spec.loader.exec_module(n); "
+        f"print(json.dumps([n.interface_towards({ns['addresses'][1]!r}, 29500), "
+        f"n.interface_towards('127.0.0.1', 29500), "
+        f"n.local_address_towards({ns['addresses'][1]!r}, 29500)]))"
     )
     with Tracked(tmp_path) as run:
         run.start("probe", ["ip", "netns", "exec", ns["names"][0], PY, "-c", code], run.env())
@@ -560,9 +638,75 @@ def test_two_nodes_in_network_namespaces(two_namespaces, tmp_path):
 
 # -- 6. a lost rank costs a few steps and no human -----------------------------------------------
 
-RESTART_ARGS = [*tiny_args(steps=12, workers=1), "--seed", "3", "--resume", "auto"]
+# No loader workers: the samples are seeded by epoch and index (trainer.loaders), so the
+# weights do not depend on them, and every restart would start one more process per rank.
+RESTART_ARGS = [*tiny_args(steps=12), "--seed", "3", "--resume", "auto"]
 SAVE_EVERY = 3
 RESTART_STEPS = 24  # 2 epochs of 12
+# The undisturbed run and a run per launcher whose rank 1 is SIGKILLed once (each restarts).
+RESTART_RUNS = {"undisturbed": "spawn", "torchrun": "torchrun", "run_8p": "run_8p"}
+
+
+@contextlib.contextmanager
+def port_29500_held():
+    """Port 29500 bound on every address (what a TCPStore on it would need) and listened on
+    while the block runs; yields None, or why it cannot be bound here."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        try:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+            holder.bind(("", 29500))
+            holder.listen()
+        except OSError as error:
+            yield f"port 29500 cannot be bound here ({error}), so it cannot be held"
+        else:
+            yield None
+    finally:
+        holder.close()
+
+
+@pytest.fixture(scope="module")
+def restart_runs(tmp_path_factory):
+    """RESTART_RUNS at the same time, to their end, while port 29500 is held: the
+    undisturbed run (main.py's own spawn) and, under torchrun (--max-restarts 1) and
+    run_8p.sh (MAX_RESTARTS=1), a run whose rank 1 is SIGKILLed once at a step drawn for
+    the launcher. {"why_29500_free": None or why, name: {"result", "seconds", "text",
+    "checkpoint" (None if missing), "weights", "killed_at", "stamp"}}."""
+    root = tmp_path_factory.mktemp("restart")
+    runs, found = {}, {}
+    with contextlib.ExitStack() as stack:
+        found["why_29500_free"] = stack.enter_context(port_29500_held())
+        for name, launcher in RESTART_RUNS.items():
+            folder = root / name
+            run = runs[name] = stack.enter_context(Tracked(folder))
+            args = [*RESTART_ARGS, "--save-every", SAVE_EVERY, "--output-dir", folder / "out"]
+            fault, extra, killed_at = None, {}, None
+            if name != "undisturbed":
+                killed_at = random.Random(f"{FAULT_SEED}:restart:{launcher}").randint(
+                    2, RESTART_STEPS - 1
+                )
+                fault = {"kind": "kill", "rank": FAULT_RANK, "at_step": killed_at}
+                fault.update(stamp=folder / "fault.json", once=1)
+                extra = {"MAX_RESTARTS": 1}
+            launcher_args = ["--max-restarts", 1] if launcher == "torchrun" else []
+            start_main(run, name, launcher, args, folder, fault, launcher_args, **extra)
+            found[name] = {"killed_at": killed_at, "stamp": folder / "fault.json"}
+        for name, (result, _) in finish_each(runs, 400).items():
+            logs = "".join(p.read_text() for p in sorted(log_dir(root / name).glob("*.log")))
+            text = result.stdout + result.stderr + logs
+            checkpoint = root / name / "out" / "checkpoint.pth.tar"
+            found[name].update(
+                result=result,
+                seconds=result.seconds,
+                text=text,
+                checkpoint=torch_load(checkpoint) if checkpoint.is_file() else None,
+                weights=sorted(
+                    set(re.findall(r"^=> rank (\d+)/2 done: weights ([0-9a-f]+)$", text, re.M))
+                ),
+            )
+        for run in runs.values():
+            run.wait_all_gone(GONE_BOUND_S)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -573,7 +717,7 @@ def restart_table():
     if rows:
         print(
             f"\n\nA rank SIGKILLed mid-run and restarted (--save-every {SAVE_EVERY}, "
-            f"{RESTART_STEPS} steps, seed {FAULT_SEED}):"
+            f"{RESTART_STEPS} steps, seed {FAULT_SEED}; the runs side by side):"
         )
         for r in rows:
             print(
@@ -583,38 +727,43 @@ def restart_table():
             )
 
 
-def finished_run(tmp_path, launcher, name, fault=None):
-    """Run main.py to its end under `launcher` (restarting once); (checkpoint, weights lines,
-    seconds, output)."""
-    out_dir, logs_dir = tmp_path / name / "out", log_dir(tmp_path / name)
-    args = [*RESTART_ARGS, "--save-every", SAVE_EVERY, "--output-dir", out_dir]
-    launcher_args = ["--max-restarts", 1] if launcher == "torchrun" else []
-    with Tracked(tmp_path / name) as run:
-        start_main(run, name, launcher, args, tmp_path / name, fault, launcher_args, MAX_RESTARTS=1)
-        result, _ = run.wait(name, 400)
-        run.wait_all_gone(GONE_BOUND_S)
-    logs = "".join(p.read_text() for p in sorted(logs_dir.glob("*.log")))
-    text = result.stdout + result.stderr + logs
-    assert result.returncode == 0, f"{result}\n{logs}"
-    weights = sorted(set(re.findall(r"^=> rank (\d+)/2 done: weights ([0-9a-f]+)$", text, re.M)))
-    return (torch_load(out_dir / "checkpoint.pth.tar"), weights, result.seconds, text)
-
-
 def torch_load(path):
     import torch
 
     return torch.load(path, weights_only=True)
 
 
-@time_limit(900)
+@time_limit(60)
+def test_single_node_spawn_needs_no_port_even_with_29500_taken(restart_runs):
+    """main.py's own spawn on one node trains to its end while port 29500 is taken (the
+    undisturbed run of restart_runs): it picked a free port for its ranks' rendezvous."""
+    if restart_runs["why_29500_free"]:
+        pytest.skip(restart_runs["why_29500_free"])
+    calm = restart_runs["undisturbed"]
+    result = calm["result"]
+    assert result.returncode == 0, result
+    master = re.search(r"master 127\.0\.0\.1:(\d+)\)", result.stdout)
+    assert master and master.group(1) != "29500", result
+    hashes = re.findall(r"^=> rank (\d)/2 done: weights (\w+)$", result.stdout, re.M)
+    assert sorted(r for r, _ in hashes) == ["0", "1"] and len({h for _, h in hashes}) == 1, result
+    assert calm["checkpoint"] is not None, result
+
+
+@time_limit(60)
 @pytest.mark.parametrize("launcher", ["torchrun", "run_8p"])
-def test_a_lost_rank_is_restarted_and_ends_bitwise_identical(launcher, tmp_path, restart_table):
-    killed_at = random.Random(f"{FAULT_SEED}:restart:{launcher}").randint(2, RESTART_STEPS - 1)
-    calm, calm_weights, calm_s, _ = finished_run(tmp_path, launcher, "undisturbed")
-    stamp = tmp_path / "fault.json"
-    fault = {"kind": "kill", "rank": FAULT_RANK, "at_step": killed_at, "stamp": stamp, "once": 1}
-    hit, hit_weights, hit_s, text = finished_run(tmp_path, launcher, "disturbed", fault)
-    assert stamp.exists(), f"the fault never fired\n{text}"
+def test_a_lost_rank_is_restarted_and_ends_bitwise_identical(launcher, restart_runs, restart_table):
+    """main.py's rank 1 SIGKILLed mid-run: the launcher stops rank 0 and starts both
+    again, the run resumes from its last mid-epoch checkpoint (--resume auto, --save-every
+    3) and ends with the weights of the undisturbed run, bit for bit. run_8p.sh names the
+    rank that failed first and its exit code (137)."""
+    calm, hit = restart_runs["undisturbed"], restart_runs[launcher]
+    text, killed_at = hit["text"], hit["killed_at"]
+    assert calm["result"].returncode == 0, calm["result"]
+    assert hit["result"].returncode == 0, text
+    assert hit["stamp"].exists(), f"the fault never fired\n{text}"
+    if launcher == "run_8p":
+        line = f"run_8p: local rank {FAULT_RANK} failed first (exit code 137);"
+        assert line in text and "restarting every rank (restart 1 of" in text, text
     done_before = killed_at - 1  # the killed step itself never finished
     # Checkpoints come every SAVE_EVERY steps of an epoch and at its end (12 = 4 x 3).
     saved = done_before - done_before % SAVE_EVERY
@@ -623,17 +772,20 @@ def test_a_lost_rank_is_restarted_and_ends_bitwise_identical(launcher, tmp_path,
         assert f"checkpoint.pth.tar' at epoch {epoch}, step {step}" in text, text
     else:  # killed before the first checkpoint: --resume auto starts afresh
         assert "=> resumed" not in text, text
+    calm_weights, hit_weights = calm["weights"], hit["weights"]
     assert len(calm_weights) == len(hit_weights) == 2, (calm_weights, hit_weights)
     assert {w for _, w in calm_weights} == {w for _, w in hit_weights}, (calm_weights, hit_weights)
-    assert calm["epoch"] == hit["epoch"] == 2 and calm["step"] == hit["step"] == 0
-    for key, tensor in calm["state_dict"].items():
-        assert hit["state_dict"][key].equal(tensor), f"{key} differs after the restart"
+    calm_state, hit_state = calm["checkpoint"], hit["checkpoint"]
+    assert calm_state["epoch"] == hit_state["epoch"] == 2
+    assert calm_state["step"] == hit_state["step"] == 0
+    for key, tensor in calm_state["state_dict"].items():
+        assert hit_state["state_dict"][key].equal(tensor), f"{key} differs after the restart"
     restart_table.append(
         {
             "launcher": launcher,
             "killed_at_step": killed_at,
             "steps_redone": done_before - saved,
-            "extra_s": hit_s - calm_s,
+            "extra_s": hit["seconds"] - calm["seconds"],
         }
     )
 
@@ -641,10 +793,15 @@ def test_a_lost_rank_is_restarted_and_ends_bitwise_identical(launcher, tmp_path,
 # -- 7. signals stop the whole run ---------------------------------------------------------------
 
 SIGNALS = ["SIGHUP", "SIGINT", "SIGTERM"]
-# The real training runs: each launcher once and each signal once. What the other pairs
-# would check is checked without training: for run_8p.sh and spawn (devicekit's own) with
-# every signal by the stand-in tests below; torchrun's are torch's (see the docstring).
-SIGNAL_RUNS = [("spawn", "SIGHUP"), ("run_8p", "SIGINT"), ("torchrun", "SIGTERM")]
+# One real training run, under devicekit's spawn supervisor: main.py's ranks (whatever
+# signal their launcher got, each launcher stops them with SIGTERM) and their loader
+# workers stop, without a traceback or a warning. What each launcher does with each signal
+# is checked with stand-in ranks (tests/fault_injection/stand_in_rank.py: no torch, a child
+# in the rank's process group as a loader worker is), since it is the launcher's, whatever
+# its ranks run: run_8p.sh in test_run_8p_stops_every_rank_on_each_signal, spawn's
+# supervisor (devicekit.launch) in test_the_spawn_supervisor_stops_every_rank_on_each_signal,
+# torchrun here (see the docstring).
+SIGNAL_RUNS = [("spawn", "SIGHUP"), ("torchrun", "SIGTERM")]
 
 
 def check_stopped_by_a_signal(result, signame, gone_s):
@@ -679,20 +836,25 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
     """The terminal closes (SIGHUP), Ctrl-C (SIGINT), a scheduler stops the job (SIGTERM):
     every rank and loader worker is gone at once, the launcher exits 128 + the signal.
 
-    One real training run per launcher, each with another of the three signals. The other
-    signals of devicekit's two launchers are checked with ranks that only sleep (the
-    handling is the launcher's, whatever its ranks run): run_8p.sh in
-    test_run_8p_stops_every_rank_on_each_signal, spawn's supervisor (devicekit.launch) in
-    test_the_spawn_supervisor_stops_every_rank_on_each_signal. torchrun's SIGHUP and SIGINT
-    are not rerun: torchrun is torch's, which handles SIGTERM, SIGINT, SIGHUP and SIGQUIT
-    with one and the same handler (its --signals-to-handle), and its way of exiting on a
-    signal is torch's convention, not devicekit's; this run checks that convention (its
-    workers stopped, a non-zero exit naming the signal) and that main.py's ranks go with it.
+    spawn: main.py training (SIGHUP), the supervisor's own line the last it prints.
+    torchrun, with stand-in ranks: its SIGHUP and SIGINT are not rerun: torchrun is torch's,
+    which handles SIGTERM, SIGINT, SIGHUP and SIGQUIT with one and the same handler (its
+    --signals-to-handle), and its way of exiting on a signal is torch's convention, not
+    devicekit's; this run checks that convention (its workers and their children stopped,
+    a non-zero exit naming the signal). How main.py's ranks take the SIGTERM that every
+    launcher sends them is the spawn run's.
     """
     with Tracked(tmp_path) as run:
-        args = [*TRAIN_ARGS, "--output-dir", tmp_path / "out"]
-        proc = start_main(run, "run", launcher, args, tmp_path)
-        training_under_way(run, proc)
+        if launcher == "spawn":
+            args = [*TRAIN_ARGS, "--output-dir", tmp_path / "out"]
+            proc = start_main(run, "run", launcher, args, tmp_path)
+            training_under_way(run, proc)
+        else:
+            (command,) = commands(launcher, script(STAND_IN), [], NPROC, tmp_path, name="run")
+            proc = run.start("run", command.argv, run.env(**command.env))
+            every_rank_up(
+                run, proc, lambda i: re.search(rf"^up {i}$", run.read("run").stdout, re.M)
+            )
         proc.send_signal(getattr(signal, signame))
         result, _exited_at = run.wait("run", 30)
         gone_s = run.wait_all_gone(GONE_BOUND_S)
@@ -702,11 +864,13 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, signame, tmp_path):
         assert gone_s < 10, f"ranks outlived the launcher by {gone_s:.1f} s"
     else:
         check_stopped_by_a_signal(result, signame, gone_s)
+        assert result.stderr_lines()[-1] == (
+            f"devicekit: {signame} received: stopped all {NPROC} ranks"
+        ), result
 
 
-# A rank that says it is up and waits: how run_8p.sh stops its ranks, without a training run.
-_IDLE_RANK = "import os, time\nprint('up', os.environ['LOCAL_RANK'], flush=True)\ntime.sleep(300)\n"
-# The same under devicekit.launch(), the supervisor of main.py --multiprocessing-distributed.
+# A rank that says it is up and waits under devicekit.launch(), the supervisor of main.py
+# --multiprocessing-distributed.
 _IDLE_LAUNCH = f"""import os, time
 
 import devicekit
@@ -723,10 +887,11 @@ if __name__ == "__main__":
 # PYTHON for run_8p.sh: its free-port lookup gives the port, ends its output and, while the
 # script waits for it to exit, sends SIGINT to the launcher alone (the leader of the process
 # group the test started).
-_SIGINT_DURING_PORT_LOOKUP = """import os, signal, sys, time
+_SIGINT_DURING_PORT_LOOKUP = """import os, signal, socket, sys, time
 if "find_free_port" in " ".join(sys.argv):
-    from devicekit.environments import find_free_port
-    print(find_free_port(), flush=True)
+    with socket.socket() as free:  # what find_free_port gives, without importing torch
+        free.bind(("127.0.0.1", 0))
+        print(free.getsockname()[1], flush=True)
     os.close(1)  # the end of the output: the script reads it and waits for the exit
     time.sleep(0.5)
     os.kill(os.getpgid(0), signal.SIGINT)
@@ -756,11 +921,10 @@ def _executable(path, shebang_python, text):
 
 
 def idle_run_8p(tmp_path):
-    """run_8p.sh with NPROC ranks of _IDLE_RANK: (argv, its variables, the rank logs' folder)."""
-    rank = tmp_path / "rank.py"
-    rank.write_text(_IDLE_RANK)
-    (command,) = commands("run_8p", rank, [], NPROC, tmp_path, name="run")
-    return command.argv, dict(command.env), log_dir(tmp_path)
+    """run_8p.sh with NPROC stand-in ranks (they say they are up and wait) and a master port
+    given (no lookup): (argv, its variables, the rank logs' folder)."""
+    (command,) = commands("run_8p", STAND_IN, [], NPROC, tmp_path, name="run")
+    return command.argv, dict(command.env, MASTER_PORT=str(find_free_port())), log_dir(tmp_path)
 
 
 def every_rank_up(run, proc, says_up):
@@ -776,9 +940,10 @@ def every_rank_up(run, proc, says_up):
 @time_limit(90)
 @pytest.mark.parametrize("signame", SIGNALS)
 def test_run_8p_stops_every_rank_on_each_signal(signame, tmp_path):
-    """Each stop signal to run_8p.sh once its ranks are up: what the real run checks
-    (test_a_signal_to_the_launcher_stops_every_rank[run_8p-SIGINT]) for every signal, and
-    that the line is the script's own, the last it prints."""
+    """Each stop signal to run_8p.sh once its stand-in ranks are up: every rank and its
+    child (as a loader worker) gone within 10 s, exit 128 + the signal, no traceback, and
+    the line is the script's own, the last it prints. (How main.py's ranks take the
+    SIGTERM the script sends them: test_a_signal_to_the_launcher_stops_every_rank[spawn-SIGHUP].)"""
     argv, extra, logs = idle_run_8p(tmp_path)
     with Tracked(tmp_path) as run:
         proc = run.start("run", argv, run.env(**extra))
@@ -800,8 +965,9 @@ def test_run_8p_started_with_sighup_ignored_keeps_it_ignored(tmp_path):
     with Tracked(tmp_path) as run:
         proc = run.start("run", ["nohup", *argv], run.env(**extra))
         every_rank_up(run, proc, lambda i: "up" in _text_of(logs / f"rank_{i}.log"))
-        ranks = {pid for pid, command in run.alive().items() if "rank.py" in command}
-        assert len(ranks) == NPROC, run.alive()
+        # Each stand-in rank and its child (the stand-in loader worker).
+        ranks = {pid for pid, command in run.alive().items() if STAND_IN.name in command}
+        assert len(ranks) == 2 * NPROC, run.alive()
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
         assert proc.poll() is None, run.read("run")
@@ -814,12 +980,13 @@ def test_run_8p_started_with_sighup_ignored_keeps_it_ignored(tmp_path):
 
 
 @time_limit(120)
-@pytest.mark.parametrize("signame", SIGNALS)
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_the_spawn_supervisor_stops_every_rank_on_each_signal(signame, tmp_path):
-    """Each stop signal to devicekit.launch()'s supervisor (what main.py
+    """The other stop signals to devicekit.launch()'s supervisor (what main.py
     --multiprocessing-distributed runs) once its ranks are up: what the real run checks
-    (test_a_signal_to_the_launcher_stops_every_rank[spawn-SIGHUP]) for every signal, with
-    ranks that only sleep, and that the line is the supervisor's own, the last it prints."""
+    (test_a_signal_to_the_launcher_stops_every_rank[spawn-SIGHUP], its line included) for
+    SIGINT and SIGTERM, with ranks that only sleep, and that the line is the supervisor's
+    own, the last it prints."""
     script = tmp_path / "idle_launch.py"
     script.write_text(_IDLE_LAUNCH)
     with Tracked(tmp_path) as run:
@@ -850,6 +1017,7 @@ def test_run_8p_stops_on_sigint_at_any_moment(moment, tmp_path):
     if moment == "started_with_sigint_ignored":
         argv = ["bash", "-c", f'trap "" INT; exec {shlex.join(argv)}']
     elif moment == "during_the_port_lookup":
+        del extra["MASTER_PORT"]  # the script looks one up
         extra["PYTHON"] = _executable(tmp_path / "python", PY, _SIGINT_DURING_PORT_LOOKUP)
     else:
         bin_dir = tmp_path / "bin"
@@ -913,46 +1081,29 @@ def test_a_rank_that_imports_devicekit_dies_with_its_sigkilled_launcher(tmp_path
 # -- 8. every wait in setup is bounded -----------------------------------------------------------
 
 
-@time_limit(120)
-def test_a_port_held_by_another_service_fails_within_the_timeout(tmp_path):
+@time_limit(60)
+def test_a_port_held_by_another_service_fails_within_the_timeout(setup_failures):
     """A non-zero rank whose MASTER_PORT is some other service's (it accepts connections and
     never answers as a torch store) fails after --dist-timeout plus the stated margin."""
     from devicekit.rendezvous import STORE_MARGIN_S
 
-    with taken_port() as port, Tracked(tmp_path) as run:
-        argv = [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"]
-        env = run.env(RANK=1, WORLD_SIZE=2, LOCAL_RANK=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        run.start("rank1", argv, env)
-        run.start_baseline("rank1", argv, env)
-        baseline = run.baseline("rank1", 90)
-        result, _ = run.wait("rank1", 90)
+    result, port = setup_failures["results"]["held"], setup_failures["ports"]["held"]
+    baseline_s = setup_failures["baseline"].seconds
     assert result.returncode == 2, result
     assert result.stderr_lines() == [
         f"error: rank 1: something listens at 127.0.0.1:{port} but did not answer as a torch "
         f"store within --dist-timeout 5s (+{STORE_MARGIN_S:g}s): MASTER_PORT belongs to another "
         "service? Choose a free port for MASTER_PORT on node 0"
     ], result
-    assert result.seconds - baseline.seconds < 5 + STORE_MARGIN_S + 15, (baseline.seconds, result)
+    assert result.seconds - baseline_s < 5 + STORE_MARGIN_S + 15, (baseline_s, result)
 
 
-@time_limit(120)
-def test_a_master_address_that_does_not_resolve_is_one_line(tmp_path):
-    with Tracked(tmp_path) as run:
-        argv = [PY, "main.py", *SHORT_ARGS, "--dist-timeout", "5"]
-        env = run.env(
-            RANK=1,
-            WORLD_SIZE=2,
-            LOCAL_RANK=1,
-            MASTER_ADDR="nonexistent.invalid",
-            MASTER_PORT=find_free_port(),
-        )
-        run.start("rank1", argv, env)
-        run.start_baseline("rank1", argv, env)
-        baseline = run.baseline("rank1", 90)
-        result, _ = run.wait("rank1", 90)
+@time_limit(60)
+def test_a_master_address_that_does_not_resolve_is_one_line(setup_failures):
+    result, baseline_s = setup_failures["results"]["unresolved"], setup_failures["baseline"].seconds
     assert result.returncode == 2, result
     lines = result.stderr_lines()
     assert len(lines) == 1 and lines[0].startswith(
         "error: the master address 'nonexistent.invalid' does not resolve"
     ), result
-    assert result.seconds - baseline.seconds < 5 + 15, (baseline.seconds, result)
+    assert result.seconds - baseline_s < 5 + 15, (baseline_s, result)

@@ -37,6 +37,7 @@ from invariant import (
     assert_command_refused,
     assert_usage_line,
     no_files_left,
+    working_directory,
 )
 from support.python_inputs import (
     ANY_BYTES,
@@ -322,18 +323,25 @@ def test_a_file_with_a_nul_byte_is_refused_and_nothing_is_written(tmp_path):
     assert broken.read_bytes() == b"import torch\nx = torch.ones(2).cuda()\n\x00\n"
 
 
+# The two below run the command in-process (its parser and main(), the same code `python -m
+# devicekit port` runs after its imports): the NUL-byte test above keeps the real command's
+# path (one line on stderr, exit code 2, no traceback) proven end to end.
+
+
 def test_a_file_that_is_not_utf8_is_refused_with_its_line(tmp_path):
     script = tmp_path / "train.py"
     script.write_bytes(b"import torch\n# caf\xe9\nx = torch.ones(2).cuda()\n")
-    result = port_command("--out", "ported", "train.py", cwd=tmp_path)
-    line = assert_command_refused(result.returncode, result.stderr, ["train.py"])
+    with working_directory(tmp_path):
+        code, _, stderr = run_main(["--out", "ported", "train.py"])
+    line = assert_command_refused(code, stderr, ["train.py"])
     assert "byte 0xe9 at line 2" in line, line
     assert sorted(os.listdir(tmp_path)) == ["train.py"]
 
 
 def test_a_bad_command_line_is_one_line(tmp_path):
-    result = port_command("--write", "--check", "train.py", cwd=tmp_path)
-    line = assert_command_refused(result.returncode, result.stderr, ["--check"])
+    with working_directory(tmp_path):
+        code, _, stderr = run_main(["--write", "--check", "train.py"])
+    line = assert_command_refused(code, stderr, ["--check"])
     assert line.startswith("devicekit port: error: argument --check: not allowed"), line
 
 

@@ -36,6 +36,7 @@ from invariant import (
     assert_usage_line,
     no_files_left,
 )
+from support.preflight_in_process import preflight_in_process
 from support.python_inputs import ANY_BYTES, GENERATED, folder_of, lines_of, parses, scripts
 
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")
@@ -331,9 +332,12 @@ def test_a_script_that_does_not_compile_is_refused_before_it_runs(tmp_path):
     ids=["yaml error", "steps not a number"],
 )
 def test_bad_flags_are_one_line_before_anything_runs(tmp_path, argv, says):
+    """In-process (support/preflight_in_process.py: devicekit's command line itself): the
+    refusal comes before any script runs; the test above keeps the real command's path
+    (one line on stderr, exit code 2, no traceback) proven end to end."""
     (tmp_path / "train.py").write_text("print('ran')\n")
     (tmp_path / "bad.yaml").write_text("a: b: c\n")
-    result = preflight_command(*argv, cwd=tmp_path)
+    result = preflight_in_process(argv, tmp_path, clean_environ(OMP_NUM_THREADS=1))
     line = assert_command_refused(result.returncode, result.stderr, [argv[0]])
     assert line.startswith(says), line
     assert result.stdout == ""

@@ -25,8 +25,16 @@ def test_the_budget_counts_a_process_that_imports_torch_and_not_one_that_does_no
     counter = Counter(tmp_path / "cache", session="harness-test")
     counter.start()
     try:
+        # A venv whose lib64 links to lib reads its .pth files twice: still one count.
+        twice = tmp_path / "lib64"
+        twice.mkdir()
+        (twice / counter.pth.name).write_text(counter.pth.read_text())
         env = {SESSION_ENV: "harness-test", "PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
-        for code in ("import torch; import torch", "import json", "import torch"):
+        for code in (
+            "import torch; import torch",
+            "import json",
+            f"import site; site.addsitedir({str(twice)!r}); import torch",
+        ):
             subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=TIMEOUT_S)
     finally:
         counter.stop()

@@ -5,7 +5,8 @@ killed; under the MPI launchers every rank refuses more ranks than devices with 
 One module-scoped run starts everything at once (the 2-core machine runs them side by side)
 and the tests read what it left:
 
-- torchrun's 2-rank runs of examples/launch_local_rank.py and of main.py, the references;
+- torchrun's 2-rank runs of examples/launch_local_rank.py and of main.py, the references
+  (the session's, tests/conftest.py: test_slurm.py reads them too);
 - `mpirun.openmpi -np 2 --oversubscribe`, `mpiexec.mpich -n 2` and `deepspeed --num_gpus
   2` of both (support.launchers: a free master port each; Open MPI as root needs its two
   OMPI_ALLOW_RUN_AS_ROOT variables; DeepSpeed 0.19.8 runs on a CPU machine as it is, with
@@ -33,9 +34,10 @@ import shutil
 
 import pytest
 
+from support import torchrun_references as references
 from support.launchers import MAIN, MPI, PY, commands, script
 from support.npu_wheel import skip_or_fail
-from support.paths import REPO, TESTS
+from support.paths import TESTS
 from support.run_groups import Group
 from support.runs import TINY, assert_bitwise_equal, load_checkpoint, tiny_args
 from support.tracked import GONE_BOUND_S, poll_until
@@ -46,8 +48,6 @@ MPI_LAUNCHERS = tuple(MPI)  # openmpi, mpich
 LAUNCHERS = (*MPI_LAUNCHERS, "deepspeed")
 # the launch environment devicekit reports
 MODE = {"openmpi": "mpi", "mpich": "mpich", "deepspeed": "deepspeed"}
-EXAMPLE = REPO / "examples" / "launch_local_rank.py"
-EXAMPLE_ARGS = ["--steps", "12", "--batch-size", "8"]
 DONE = re.compile(r"^(?:=> )?rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
 FAKE_NPU = TESTS / "fake_npu"
 RUN_TIMEOUT_S = 600  # every run of the module, side by side (a busy CI worker is slow)
@@ -108,11 +108,10 @@ def _start_all(root, stack, launchers):
         return groups[name]
 
     train = group("train")
-    for launcher in ("torchrun", *launchers):
+    for launcher in launchers:
         out = train.folder / launcher
-        train.launch(
-            f"{launcher}_example", launcher, script(EXAMPLE), [*EXAMPLE_ARGS, "--out", out]
-        )
+        example = [*references.EXAMPLE_ARGS, "--out", out]
+        train.launch(f"{launcher}_example", launcher, script(references.EXAMPLE), example)
         train.launch(f"{launcher}_main", launcher, MAIN, [*TINY, "--output-dir", f"{out}_main"])
     for launcher in launchers:
         killed = group(f"kill_{launcher}")
@@ -144,9 +143,9 @@ def _start_all(root, stack, launchers):
 
 
 @pytest.fixture(scope="module")
-def mpi_runs(tmp_path_factory):
+def mpi_runs(torchrun_references, tmp_path_factory):
     """{group name: Group}, every run of every group ended and its processes gone; plus
-    "out": {group name: {run name: Finished}}."""
+    "out": {group name: {run name: Finished}}; torchrun's runs (the references) ended too."""
     launchers = [launcher for launcher in LAUNCHERS if not missing(launcher)]
     if not launchers:
         skip_or_fail("; ".join(missing(launcher) for launcher in LAUNCHERS))
@@ -163,6 +162,7 @@ def mpi_runs(tmp_path_factory):
             name: {run: group.tracked.read(run) for run in group.started}
             for name, group in groups.items()
         }
+    torchrun_references.finished()
     print(f"\n{_report(groups, out)}")
     return dict(groups, out=out)
 
@@ -197,11 +197,12 @@ def _done(text):
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_the_flat_api_script_trains_to_torchruns_weights(mpi_runs, launcher):
+def test_the_flat_api_script_trains_to_torchruns_weights(mpi_runs, torchrun_references, launcher):
     need(launcher)
     out = mpi_runs["out"]["train"]
-    reference = _done(out["torchrun_example"].stdout)
-    assert [rank for rank, *_ in reference] == [0, 1], str(out["torchrun_example"])
+    _, torchrun_example = torchrun_references.finished()
+    reference = _done(torchrun_example.stdout)
+    assert [rank for rank, *_ in reference] == [0, 1], str(torchrun_example)
     run = out[f"{launcher}_example"]
     assert run.returncode == 0, str(run)
     assert "Traceback" not in run.stderr, str(run)
@@ -211,7 +212,7 @@ def test_the_flat_api_script_trains_to_torchruns_weights(mpi_runs, launcher):
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_main_trains_to_torchruns_checkpoint_bit_for_bit(mpi_runs, launcher):
+def test_main_trains_to_torchruns_checkpoint_bit_for_bit(mpi_runs, torchrun_references, launcher):
     need(launcher)
     out, folder = mpi_runs["out"]["train"], mpi_runs["train"].folder
     run = out[f"{launcher}_main"]
@@ -224,8 +225,9 @@ def test_main_trains_to_torchruns_checkpoint_bit_for_bit(mpi_runs, launcher):
         run.stdout,
         re.M,
     ), str(run)
-    assert _done(run.stdout) == _done(out["torchrun_main"].stdout), str(run)
-    reference = load_checkpoint(folder / "torchrun_main")
+    torchrun_main, _ = torchrun_references.finished()
+    assert _done(run.stdout) == _done(torchrun_main.stdout), str(run)
+    reference = load_checkpoint(torchrun_references.main_dir)
     checkpoint = load_checkpoint(folder / f"{launcher}_main")
     assert checkpoint["epoch"] == reference["epoch"] == 2
     assert_bitwise_equal(checkpoint["state_dict"], reference["state_dict"], launcher)

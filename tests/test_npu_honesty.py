@@ -45,6 +45,8 @@ from support.npu_wheel import (
     verify_sha256,
     wheel_name,
 )
+from support.processes import Processes, describe
+from support.scenario_process import Scenario, outcome, result, start_batch
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICEKIT = REPO / "devicekit"
@@ -632,40 +634,63 @@ def test_main_and_the_examples_on_npu_without_cann_say_so_in_one_line(program, n
     assert len(lines) == 1 and CANN_MISSING in lines[0], lines
 
 
-def test_check_on_npu_without_cann_prints_one_line(npu_target, no_cann):
-    result = run_python(["-m", "devicekit", "check", "--device", "npu"], subprocess_env(npu_target))
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+# `python -m devicekit ARGV` in the scenario process (support/scenario_process.py).
+_COMMAND = "import runpy\nrunpy.run_module('devicekit', run_name='__main__', alter_sys=True)\n"
+CLI_WITHOUT_CANN = {
+    "check npu": ("check", "--device", "npu"),
+    "doctor auto": ("doctor", "--json"),
+    "doctor npu": ("doctor", "--device", "npu"),
+}
+
+
+@pytest.fixture(scope="module")
+def cli_without_cann(npu_target, no_cann, tmp_path_factory):
+    """{name: what it left} of each of CLI_WITHOUT_CANN's commands, with the wheel on the
+    path: one process runs them one after another, each as `python -m devicekit` would
+    (devicekit imported first, then torch; each command's devicekit tries torch_npu anew)."""
+    folder = tmp_path_factory.mktemp("cli_without_cann")
+    scenarios = [Scenario(name, _COMMAND, {}, argv) for name, argv in CLI_WITHOUT_CANN.items()]
+    with Processes(folder / "processes") as procs:
+        batch = start_batch(
+            procs, "cli", scenarios, subprocess_env(npu_target), folder, "import devicekit, torch\n"
+        )
+        (finished,) = procs.finish_all([batch.process], TIMEOUT_S)
+    assert finished.returncode == 0, describe([finished])
+    return batch.results()
+
+
+def test_check_on_npu_without_cann_prints_one_line(cli_without_cann):
+    found = result(cli_without_cann, "check npu")
+    assert found["exit"] == 2, found["stderr"]
+    lines = found["stderr"].strip().splitlines()
+    assert len(lines) == 1, found["stderr"]
     assert lines[0].startswith("error: --device npu: torch_npu is installed but"), lines[0]
     assert CANN_MISSING in lines[0] and CANN_FIX in lines[0], lines[0]
-    assert "Traceback" not in result.stderr + result.stdout
+    assert "Traceback" not in found["stderr"] + found["stdout"]
 
 
-def test_doctor_auto_without_cann_falls_back_to_cpu(npu_target, no_cann):
-    result = run_python(["-m", "devicekit", "doctor", "--json"], subprocess_env(npu_target))
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+def test_doctor_auto_without_cann_falls_back_to_cpu(cli_without_cann):
+    found = result(cli_without_cann, "doctor auto")
+    assert found["exit"] == 0, found["stderr"]
+    report = json.loads(found["stdout"])
     assert report["torch_npu"]["state"] == "CANN missing"
     assert CANN_MISSING in report["torch_npu"]["detail"], report["torch_npu"]
     assert report["torch_npu"]["version"] == NPU_VERSION
     assert report["device"] == "cpu"
     assert report["problems"] == []
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+    lines = found["stderr"].strip().splitlines()
+    assert len(lines) == 1, found["stderr"]
     assert lines[0].startswith("devicekit: warning:"), lines[0]
     assert CANN_MISSING in lines[0] and "(auto-detection skipped npu)" in lines[0], lines[0]
 
 
-def test_doctor_on_npu_without_cann_reports_the_problem(npu_target, no_cann):
-    result = run_python(
-        ["-m", "devicekit", "doctor", "--device", "npu"], subprocess_env(npu_target)
-    )
-    assert result.returncode == 2, result.stderr
-    problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM")]
-    assert len(problems) == 1, result.stdout
+def test_doctor_on_npu_without_cann_reports_the_problem(cli_without_cann):
+    found = result(cli_without_cann, "doctor npu")
+    assert found["exit"] == 2, found["stderr"]
+    problems = [line for line in found["stdout"].splitlines() if line.startswith("PROBLEM")]
+    assert len(problems) == 1, found["stdout"]
     assert CANN_MISSING in problems[0] and CANN_FIX in problems[0], problems[0]
-    assert "Traceback" not in result.stderr + result.stdout
+    assert "Traceback" not in found["stderr"] + found["stdout"]
 
 
 # -- Test C: the stand-in npu device offers only torch_npu's names, with their signatures ------
@@ -1236,9 +1261,34 @@ def test_the_name_check_sees_what_escapes_all():
 # -- No wheel needed ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("paths", [(), (FAKE_NPU,)], ids=["plain", "torch_npu-importable"])
-def test_import_devicekit_does_not_import_torch_npu(paths):
-    code = "import sys, devicekit; print('torch_npu' in sys.modules)"
-    result = run_python(["-c", code], subprocess_env(*paths))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
+# `import devicekit` first where torch_npu can be imported (the fake's folder on the path
+# from the start), then afresh where it cannot (the folder left out).
+_IMPORTS = {
+    "torch_npu-importable": "import devicekit\n",
+    "plain": f"""
+sys.path.remove({str(FAKE_NPU)!r})
+for name in [m for m in sys.modules if m == "devicekit" or m.startswith("devicekit.")]:
+    del sys.modules[name]
+import devicekit
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def imports(tmp_path_factory):
+    """{case: whether torch_npu was imported} after each of _IMPORTS, in one process."""
+    folder = tmp_path_factory.mktemp("imports")
+    code = "{}out['torch_npu'] = 'torch_npu' in sys.modules\n"
+    scenarios = [Scenario(case, code.format(text)) for case, text in _IMPORTS.items()]
+    with Processes(folder / "processes") as procs:
+        batch = start_batch(
+            procs, "imports", scenarios, subprocess_env(FAKE_NPU), folder, "import sys\n"
+        )
+        (finished,) = procs.finish_all([batch.process], TIMEOUT_S)
+    assert finished.returncode == 0, describe([finished])
+    return batch.results()
+
+
+@pytest.mark.parametrize("case", ["plain", "torch_npu-importable"])
+def test_import_devicekit_does_not_import_torch_npu(imports, case):
+    assert outcome(imports, case) == {"torch_npu": False}

@@ -3,16 +3,17 @@ npu stand-in (tests/test_npu_standin.py) cannot show: which torch_npu calls devi
 and in what order, CANN missing, import failures, a chip's compile mode.
 
 Importing the fake renames PrivateUse1 to `npu`, registers `torch.npu` and the `hccl`
-backend: process-global and irreversible, so every scenario that loads it runs in a
-subprocess and reports JSON. The fake records each device call in `torch_npu.CALLS`, so a
-scenario can show that devicekit rejected a bad setting before touching the NPU.
+backend: process-global and irreversible, so the scenarios that load it run outside the test
+process, all in one (support/scenario_process.py: each starts as a new process would, with
+its own variables and a devicekit that knows nothing yet) and report JSON. The scenarios
+that need torch_npu absent or failing to import run first, before any import of it
+succeeds. The fake records each device call in `torch_npu.CALLS`, emptied before each
+scenario, so a scenario can show that devicekit rejected a bad setting before touching
+the NPU.
 """
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ import pytest
 from devicekit import kinds
 from devicekit.distributed import resolve_backend
 from devicekit.environments import ALL_VARIABLES
+from support.processes import Processes, describe
+from support.scenario_process import Scenario, outcome, result, start_batch
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_NPU = REPO / "tests" / "fake_npu"
@@ -37,8 +40,7 @@ _SCRUBBED = {
 }
 _SCRUBBED_PREFIXES = ("ASCEND_", "HCCL_", "DEVICEKIT_", "FAKE_NPU_")
 
-# Runs before each scenario's code: `out` collects the answer, printed as JSON at the end
-# together with the fake's recorded calls (None when torch_npu was never imported).
+# Run once, before the scenarios: the names each scenario's code uses.
 _PRELUDE = """
 import json, sys
 import torch
@@ -46,13 +48,20 @@ import devicekit
 from devicekit import UsageError, kinds
 from devicekit.kinds.resolve import resolve_kind
 from devicekit.environments import resolve_launch
-out = {}
 """
-_EPILOGUE = """
+# Around each scenario's code: the fake's record emptied and its current device back to 0,
+# as a new import leaves them; at the end the calls recorded (None while torch_npu was
+# never imported).
+_BEFORE = """
+if "torch_npu" in sys.modules:
+    sys.modules["torch_npu"].CALLS.clear()
+    sys.modules["torch_npu"]._current[0] = 0
+"""
+_AFTER = """
 fake = sys.modules.get("torch_npu")
 out["calls"] = None if fake is None else list(fake.CALLS)
-print(json.dumps(out))
 """
+_COMMAND = "import runpy\nrunpy.run_module('devicekit', run_name='__main__', alter_sys=True)\n"
 
 
 def subprocess_env(fake=True, **overrides):
@@ -72,46 +81,178 @@ def subprocess_env(fake=True, **overrides):
     return env
 
 
-def run_python(args, fake=True, **env):
-    """Run `python ARGS` from the repo root in subprocess_env(fake, **env), with a timeout."""
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=subprocess_env(fake, **env),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+def scenario(name, code, *argv, **env):
+    """A scenario whose code runs between _BEFORE and _AFTER."""
+    return Scenario(name, _BEFORE + code + _AFTER, env, argv)
 
 
-def scenario(code, *argv, fake=True, **env):
-    """Run `code` (after _PRELUDE, which defines `out`) in a fresh interpreter; return
-    (the JSON it reports, its stderr). Extra `argv` are in sys.argv[1:]."""
-    result = run_python(["-c", _PRELUDE + code + _EPILOGUE, *argv], fake=fake, **env)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+def command(name, *argv, **env):
+    """`python -m devicekit ARGV` as a scenario: its exit code and its output."""
+    return Scenario(name, _COMMAND, env, argv)
 
 
-def error_line(result):
-    """The single line a CLI run that exited with code 2 printed on stderr."""
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
-
-
-def test_memory_stats_and_synchronize_go_to_torch_npu():
-    out, _ = scenario(
-        """
+_MEMORY = """
 kind = resolve_kind("npu")
 start = len(sys.modules["torch_npu"].CALLS)
 kind.synchronize()
 out["stats"] = kind.memory_stats()
 out["start"] = start
-""",
-        FAKE_NPU_COUNT="1",
-    )
+"""
+_AUTO = """
+if sys.argv[1] == "cuda-present":
+    kinds.get("cuda").probe = lambda: (True, "")
+out["kind"] = resolve_kind().name
+"""
+_VISIBLE = """
+try:
+    out["kind"] = resolve_kind(sys.argv[1]).name
+except UsageError as error:
+    out["error"] = str(error)
+"""
+_PROCESS_GROUP = """
+devicekit.runtime.kind("npu")
+start = len(sys.modules["torch_npu"].CALLS)
+ctx = devicekit.init_distributed(options=devicekit.LaunchOptions(gpu=1))
+out.update(mode=ctx.mode, index=ctx.device_index, start=start,
+           backend=torch.distributed.get_backend(), device=str(devicekit.device()))
+devicekit.destroy_process_group()
+"""
+_NCCL = """
+import contextlib, io
+kind = resolve_kind("npu")
+with contextlib.redirect_stderr(io.StringIO()) as captured:
+    out["backend"] = devicekit.distributed.resolve_backend(kind, "nccl")
+out["warning"] = captured.getvalue()
+"""
+# Without torch_npu on the path (the fake's folder left out while it runs).
+_NOT_INSTALLED = f"""
+sys.path.remove({str(FAKE_NPU)!r})
+try:
+    resolve_kind("npu")
+except UsageError as error:
+    out["error"] = str(error)
+finally:
+    sys.path.insert(0, {str(FAKE_NPU)!r})
+"""
+_LOAD_STATE = """
+out["state"] = kinds.get("npu").load_state()
+"""
+_BIND = """
+devicekit.runtime.kind("npu")
+start = len(sys.modules["torch_npu"].CALLS)
+try:
+    devicekit.set_device(1)
+    devicekit.set_device(0)
+except UsageError as error:
+    out["error"] = str(error)
+out["start"] = start
+"""
+_GRAD_SCALER = """
+devicekit.runtime.kind("npu")
+fp16 = devicekit.GradScaler(enabled=True, init_scale=1024, dynamic=False)
+bf16 = devicekit.GradScaler(enabled=True, dtype="bfloat16")
+out.update(cls=type(fp16).__module__ + "." + type(fp16).__qualname__,
+           torch_scaler=isinstance(fp16, torch.amp.GradScaler),
+           fp16=fp16.is_enabled(), scale=fp16.get_scale(), bf16=bf16.is_enabled())
+"""
+_PROFILE = """
+out["folder"] = sys.argv[1]
+from devicekit import runtime
+runtime.kind("npu")
+with devicekit.profile(sys.argv[1], wait=0, warmup=1, active=2) as prof:
+    for _ in range(3):
+        torch.ones(4).sum()
+        prof.step()
+"""
+
+IMPORT_ERRORS = {
+    "missing-module": "No module named 'yaml'",
+    "undefined-symbol": "/site-packages/torch_npu/_C.cpython-311-x86_64-linux-gnu.so: "
+    "undefined symbol: _ZN3c104impl",
+}
+BAD_VISIBLE = [
+    ("1,0", "ascending"),
+    ("0,0", "twice"),
+    ("0,a", "not a device id"),
+    ("0,,1", "empty entry"),
+]
+COMPILE_MODES = [
+    ("Ascend910B3", None, False),
+    ("Ascend910_9391", None, False),  # A2, A3: binary kernels
+    ("Ascend910A", None, None),  # 910A: CANN's default (kernels compiled on line) stands
+    ("Ascend910B3", "1", True),
+    ("Ascend910A", "0", False),
+]
+
+
+def _scenarios(folder):
+    """Every scenario, in the order they run: torch_npu absent, then failing to import,
+    then the fake imported."""
+    return [
+        scenario("not installed", _NOT_INSTALLED),
+        *(
+            scenario(f"import error {name}", _LOAD_STATE, FAKE_NPU_IMPORT_ERROR=message)
+            for name, message in IMPORT_ERRORS.items()
+        ),
+        command("check without cann", "check", "--device", "npu", FAKE_NPU_IMPORT_ERROR=CANN_ERROR),
+        scenario("memory", _MEMORY, FAKE_NPU_COUNT="1"),
+        scenario("auto cuda-present", _AUTO, "cuda-present", FAKE_NPU_COUNT="2"),
+        scenario("auto plain", _AUTO, "plain", FAKE_NPU_COUNT="0"),
+        *(
+            scenario(
+                f"visible {value} {requested}",
+                _VISIBLE,
+                requested,
+                FAKE_NPU_COUNT="8",
+                ASCEND_RT_VISIBLE_DEVICES=value,
+            )
+            for value, _ in BAD_VISIBLE
+            for requested in ("npu", "auto")
+        ),
+        scenario("process group", _PROCESS_GROUP, FAKE_NPU_COUNT="2"),
+        scenario("nccl", _NCCL),
+        command("check without npu", "check", "--device", "npu", FAKE_NPU_COUNT="0"),
+        *(
+            scenario(f"bind {chip} {override}", _BIND, **_bind_env(chip, override))
+            for chip, override, _ in COMPILE_MODES
+        ),
+        scenario("bad jit", _BIND, FAKE_NPU_COUNT="2", DEVICEKIT_NPU_JIT_COMPILE="yes"),
+        scenario("grad scaler", _GRAD_SCALER, FAKE_NPU_COUNT="1"),
+        scenario("profile", _PROFILE, str(folder / "trace"), FAKE_NPU_COUNT="1"),
+    ]
+
+
+def _bind_env(chip, override):
+    env = {"FAKE_NPU_COUNT": "2", "FAKE_NPU_NAME": chip}
+    if override is not None:
+        env["DEVICEKIT_NPU_JIT_COMPILE"] = override
+    return env
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """{scenario: what it left} of every scenario, run in one process against the fake."""
+    folder = tmp_path_factory.mktemp("fake_npu")
+    with Processes(folder / "processes") as procs:
+        batch = start_batch(
+            procs, "scenarios", _scenarios(folder), subprocess_env(), folder, prelude=_PRELUDE
+        )
+        (finished,) = procs.finish_all([batch.process], TIMEOUT_S)
+    assert finished.returncode == 0, describe([finished])
+    return batch.results()
+
+
+def error_line(found):
+    """The single line a CLI run that exited with code 2 printed on stderr."""
+    assert found["exit"] == 2, found
+    lines = found["stderr"].strip().splitlines()
+    assert len(lines) == 1, found["stderr"]
+    assert "Traceback" not in found["stderr"]
+    return lines[0]
+
+
+def test_memory_stats_and_synchronize_go_to_torch_npu(ran):
+    out = outcome(ran, "memory")
     assert out["stats"] == {"allocated": 0, "max_allocated": 0, "reserved": 0}
     assert [call[0] for call in out["calls"][out["start"] :]] == [
         "synchronize",
@@ -123,21 +264,14 @@ out["start"] = start
 
 # -- auto-detection ----------------------------------------------------------------------------
 
-_AUTO = """
-if sys.argv[1] == "cuda-present":
-    type(kinds.get("cuda")).probe = lambda self: (True, "")
-out["kind"] = resolve_kind().name
-"""
 
-
-def test_auto_detection_prefers_npu_even_when_cuda_looks_present():
+def test_auto_detection_prefers_npu_even_when_cuda_looks_present(ran):
     """transfer_to_npu makes CUDA look present on an NPU machine: NPU must win."""
-    out, _ = scenario(_AUTO, "cuda-present", FAKE_NPU_COUNT="2")
-    assert out["kind"] == "npu"
+    assert outcome(ran, "auto cuda-present")["kind"] == "npu"
 
 
-def test_auto_detection_without_npus_picks_cpu():
-    out, stderr = scenario(_AUTO, "plain", FAKE_NPU_COUNT="0")
+def test_auto_detection_without_npus_picks_cpu(ran):
+    out, stderr = outcome(ran, "auto plain"), result(ran, "auto plain")["stderr"]
     assert out["kind"] == "cpu"
     assert "no NPU is usable" in stderr and "skipped npu" in stderr
 
@@ -146,22 +280,9 @@ def test_auto_detection_without_npus_picks_cpu():
 
 
 @pytest.mark.parametrize("requested", ["npu", "auto"])
-@pytest.mark.parametrize(
-    "value, says",
-    [("1,0", "ascending"), ("0,0", "twice"), ("0,a", "not a device id"), ("0,,1", "empty entry")],
-)
-def test_bad_visible_devices_fail_before_any_npu_call(requested, value, says):
-    out, _ = scenario(
-        """
-try:
-    out["kind"] = resolve_kind(sys.argv[1]).name
-except UsageError as error:
-    out["error"] = str(error)
-""",
-        requested,
-        FAKE_NPU_COUNT="8",
-        ASCEND_RT_VISIBLE_DEVICES=value,
-    )
+@pytest.mark.parametrize("value, says", BAD_VISIBLE)
+def test_bad_visible_devices_fail_before_any_npu_call(ran, requested, value, says):
+    out = outcome(ran, f"visible {value} {requested}")
     assert "error" in out, out
     assert "ASCEND_RT_VISIBLE_DEVICES" in out["error"] and says in out["error"]
     assert not out["calls"], f"devicekit called the NPU runtime first: {out['calls']}"
@@ -170,32 +291,16 @@ except UsageError as error:
 # -- process group and backends -----------------------------------------------------------------
 
 
-def test_init_process_group_binds_the_npu_before_anything_else():
-    out, _ = scenario(
-        """
-devicekit.runtime.kind("npu")
-start = len(sys.modules["torch_npu"].CALLS)
-ctx = devicekit.init_distributed(options=devicekit.LaunchOptions(gpu=1))
-out.update(mode=ctx.mode, index=ctx.device_index, start=start,
-           backend=torch.distributed.get_backend(), device=str(devicekit.device()))
-devicekit.destroy_process_group()
-""",
-        FAKE_NPU_COUNT="2",
-    )
+def test_init_process_group_binds_the_npu_before_anything_else(ran):
+    out = outcome(ran, "process group")
     assert out["mode"] == "single" and out["index"] == 1
     assert out["backend"] == "hccl" and out["device"] == "npu:1"
     calls = out["calls"][out["start"] :]
     assert calls.index(["set_device", 1]) < calls.index(["new_hccl_group", 1]), calls
 
 
-def test_resolve_backend_maps_nccl_to_hccl_on_npu_with_one_warning():
-    out, _ = scenario("""
-import contextlib, io
-kind = resolve_kind("npu")
-with contextlib.redirect_stderr(io.StringIO()) as captured:
-    out["backend"] = devicekit.distributed.resolve_backend(kind, "nccl")
-out["warning"] = captured.getvalue()
-""")
+def test_resolve_backend_maps_nccl_to_hccl_on_npu_with_one_warning(ran):
+    out = outcome(ran, "nccl")
     assert out["backend"] == "hccl"
     lines = out["warning"].strip().splitlines()
     assert len(lines) == 1 and "nccl" in lines[0] and "hccl" in lines[0], out["warning"]
@@ -226,88 +331,37 @@ def test_prepare_process_group_sets_hccl_connect_timeout(timeout_s, preset, expe
 # -- what users read when the NPU cannot run -----------------------------------------------------
 
 
-def test_check_without_usable_npu_says_so_in_one_line():
-    line = error_line(
-        run_python(["-m", "devicekit", "check", "--device", "npu"], FAKE_NPU_COUNT="0")
-    )
+def test_check_without_usable_npu_says_so_in_one_line(ran):
+    line = error_line(result(ran, "check without npu"))
     assert "no NPU is usable" in line and "npu-smi" in line
 
 
-def test_npu_without_torch_npu_says_how_to_install():
+def test_npu_without_torch_npu_says_how_to_install(ran):
     if importlib.util.find_spec("torch_npu") is not None:
         pytest.skip("a real torch_npu is installed in this environment")
-    out, _ = scenario(
-        """
-try:
-    resolve_kind("npu")
-except UsageError as error:
-    out["error"] = str(error)
-""",
-        fake=False,
-    )
+    out = outcome(ran, "not installed")
     assert "torch_npu is not installed" in out["error"]
     assert "pip install 'devicekit[npu]'" in out["error"]
 
 
-def test_torch_npu_without_cann_names_cann_and_set_env():
-    line = error_line(
-        run_python(
-            ["-m", "devicekit", "check", "--device", "npu"], FAKE_NPU_IMPORT_ERROR=CANN_ERROR
-        )
-    )
+def test_torch_npu_without_cann_names_cann_and_set_env(ran):
+    line = error_line(result(ran, "check without cann"))
     assert "CANN" in line and "libhccl.so" in line and "set_env.sh" in line
 
 
-@pytest.mark.parametrize(
-    "message",
-    [
-        "No module named 'yaml'",
-        "/site-packages/torch_npu/_C.cpython-311-x86_64-linux-gnu.so: "
-        "undefined symbol: _ZN3c104impl",
-    ],
-    ids=["missing-module", "undefined-symbol"],
-)
-def test_other_import_errors_are_not_blamed_on_cann(message):
-    out, _ = scenario(
-        """
-out["state"] = kinds.get("npu").load_state()
-""",
-        FAKE_NPU_IMPORT_ERROR=message,
-    )
-    state, reason = out["state"]
+@pytest.mark.parametrize("name", IMPORT_ERRORS)
+def test_other_import_errors_are_not_blamed_on_cann(ran, name):
+    state, reason = outcome(ran, f"import error {name}")["state"]
     assert state == "import failed"
-    assert message in reason and "set_env.sh" not in reason
+    assert IMPORT_ERRORS[name] in reason and "set_env.sh" not in reason
 
 
 # -- settings that decide speed: kernels, loss scaling ---------------------------------
 
-_BIND = """
-devicekit.runtime.kind("npu")
-start = len(sys.modules["torch_npu"].CALLS)
-try:
-    devicekit.set_device(1)
-    devicekit.set_device(0)
-except UsageError as error:
-    out["error"] = str(error)
-out["start"] = start
-"""
 
-
-@pytest.mark.parametrize(
-    "chip, override, mode",
-    [
-        ("Ascend910B3", None, False),
-        ("Ascend910_9391", None, False),  # A2, A3: binary kernels
-        ("Ascend910A", None, None),  # 910A: CANN's default (kernels compiled on line) stands
-        ("Ascend910B3", "1", True),
-        ("Ascend910A", "0", False),
-    ],
-)
-def test_binding_the_npu_sets_the_compile_mode_once(chip, override, mode):
-    env = {"FAKE_NPU_COUNT": "2", "FAKE_NPU_NAME": chip}
-    if override is not None:
-        env["DEVICEKIT_NPU_JIT_COMPILE"] = override
-    out, _ = scenario(_BIND, **env)
+@pytest.mark.parametrize("chip, override, mode", COMPILE_MODES)
+def test_binding_the_npu_sets_the_compile_mode_once(ran, chip, override, mode):
+    out = outcome(ran, f"bind {chip} {override}")
     calls = [call[0] for call in out["calls"][out["start"] :]]
     assert "is_jit_compile_false" not in calls  # it would initialise the device to answer
     expected = [] if mode is None else [["set_compile_mode", {"jit_compile": mode}]]
@@ -315,26 +369,16 @@ def test_binding_the_npu_sets_the_compile_mode_once(chip, override, mode):
     assert calls[0] == "set_device" and calls.count("set_device") == 2
 
 
-def test_a_bad_jit_compile_override_is_refused_before_any_npu_call():
-    out, _ = scenario(_BIND, FAKE_NPU_COUNT="2", DEVICEKIT_NPU_JIT_COMPILE="yes")
+def test_a_bad_jit_compile_override_is_refused_before_any_npu_call(ran):
+    out = outcome(ran, "bad jit")
     assert out["error"].startswith(
         "DEVICEKIT_NPU_JIT_COMPILE='yes' must be 0 (binary kernels) or 1"
     )
     assert out["calls"][out["start"] :] == []
 
 
-def test_grad_scaler_is_torch_npus():
-    out, _ = scenario(
-        """
-devicekit.runtime.kind("npu")
-fp16 = devicekit.GradScaler(enabled=True, init_scale=1024, dynamic=False)
-bf16 = devicekit.GradScaler(enabled=True, dtype="bfloat16")
-out.update(cls=type(fp16).__module__ + "." + type(fp16).__qualname__,
-           torch_scaler=isinstance(fp16, torch.amp.GradScaler),
-           fp16=fp16.is_enabled(), scale=fp16.get_scale(), bf16=bf16.is_enabled())
-""",
-        FAKE_NPU_COUNT="1",
-    )
+def test_grad_scaler_is_torch_npus(ran):
+    out = outcome(ran, "grad scaler")
     assert out["cls"] == "torch_npu.GradScaler" and out["torch_scaler"]
     assert (out["fp16"], out["scale"], out["bf16"]) == (True, 1024.0, False)
     assert ["amp.GradScaler", {"init_scale": 1024, "dynamic": False, "enabled": True}] in out[
@@ -342,23 +386,11 @@ out.update(cls=type(fp16).__module__ + "." + type(fp16).__qualname__,
     ]
 
 
-def test_profile_uses_torch_npus_profiler_with_the_npu_activity(tmp_path):
-    out, _ = scenario(
-        """
-import devicekit, torch
-from devicekit import runtime
-runtime.kind("npu")
-with devicekit.profile(sys.argv[1], wait=0, warmup=1, active=2) as prof:
-    for _ in range(3):
-        torch.ones(4).sum()
-        prof.step()
-""",
-        str(tmp_path),
-        FAKE_NPU_COUNT="1",
-    )
+def test_profile_uses_torch_npus_profiler_with_the_npu_activity(ran):
+    out = outcome(ran, "profile")
     calls = [call for call in out["calls"] if call[0].startswith("profiler.")]
     assert calls == [
         ["profiler.schedule", {"wait": 0, "warmup": 1, "active": 2, "repeat": 1}],
-        ["profiler.tensorboard_trace_handler", str(tmp_path)],
+        ["profiler.tensorboard_trace_handler", out["folder"]],
         ["profiler.profile", ["CPU", "NPU"]],
     ]

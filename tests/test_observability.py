@@ -7,17 +7,19 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from PIL import Image
 
 from conftest import ROOT, clean_environ
+from support.main_in_process import run_main_until_launch
 from support.runs import TINY, read_metrics, run_training, tiny_args
+from support.script_groups import run_group
 from trainer import state
 
-TIMEOUT_S = 120
+TIMEOUT_S = 300  # the runs of in_one_process, one after another
 MAIN = os.path.join(ROOT, "main.py")
 EPOCHS, STEPS, LR = 2, 3, 0.1  # TINY's epochs and --steps-per-epoch, and the default --lr
 STEP_TAGS = {"train/loss", "train/acc1", "train/lr"}
@@ -27,11 +29,6 @@ EPOCH_TAGS = {
     "val/acc5": "acc5",
     "train/images_per_sec": "images_per_sec",
 }  # tag: its metrics.jsonl field
-# Runs main.main in this process after hiding tensorboard the way a machine without the
-# package does (its import fails, importlib finds no spec).
-WITHOUT_TENSORBOARD = (
-    "import sys; sys.modules['tensorboard'] = None; import main; sys.exit(main.main(sys.argv[1:]))"
-)
 # Runs main.main and prints which tensorboard modules it loaded and how many autograd
 # (Kineto) profilers it started: torch.profiler starts its recordings through them.
 PROBE = """\
@@ -48,14 +45,6 @@ main.main(sys.argv[1:])
 print(json.dumps({"tensorboard": sorted(m for m in sys.modules if "tensorboard" in m),
                   "profilers": len(started)}))
 """
-
-
-def run_python(argv, cwd):
-    """Python with `argv` in a launcher-free cpu environment; its CompletedProcess."""
-    env = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1)
-    return subprocess.run(
-        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
 
 
 def read_events(folder):
@@ -79,14 +68,20 @@ def describe_folder(folder):
 # -- what a run leaves --------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory):
+    """One 2-rank run (spawn) with --tensorboard and --profile-steps 2, -p 1 and the cosine
+    schedule: its folder (out/, board/) and the Finished of its processes."""
+    folder = tmp_path_factory.mktemp("observed")
+    args = TINY + ["-p", "1", "--lr-schedule", "cosine", "--output-dir", folder / "out"]
+    args += ["--tensorboard", folder / "board", "--profile-steps", 2]
+    return folder, run_training("spawn", args, folder)
+
+
 @pytest.mark.slow
-def test_tensorboard_two_epoch_run_records_steps_epochs_and_config(tmp_path):
-    out, board = tmp_path / "out", tmp_path / "board"
-    run_training(
-        "spawn",
-        TINY + ["-p", "1", "--lr-schedule", "cosine", "--output-dir", out, "--tensorboard", board],
-        tmp_path,
-    )
+def test_tensorboard_two_epoch_run_records_steps_epochs_and_config(observed):
+    folder, _ = observed
+    out, board = folder / "out", folder / "board"
     assert len(list(board.glob("events.out.tfevents.*"))) == 1, describe_folder(board)  # rank 0
     scalars, config = read_events(board)
     assert STEP_TAGS | set(EPOCH_TAGS) <= set(scalars), sorted(scalars)
@@ -111,9 +106,9 @@ def test_tensorboard_two_epoch_run_records_steps_epochs_and_config(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_steps_leaves_one_trace_of_the_steps_after_warm_up(tmp_path):
-    out = tmp_path / "out"
-    results = run_training("spawn", TINY + ["--output-dir", out, "--profile-steps", 2], tmp_path)
+def test_profile_steps_leaves_one_trace_of_the_steps_after_warm_up(observed):
+    folder, results = observed
+    out = folder / "out"
     said = re.findall(r"^=> profiled 2 steps: trace in (.+)$", results[0].stdout, re.M)
     assert said == [str(out / "profile")], results[0].stdout
     traces = glob.glob(os.path.join(said[0], "*.pt.trace.json"))
@@ -125,18 +120,44 @@ def test_profile_steps_leaves_one_trace_of_the_steps_after_warm_up(tmp_path):
     assert steps == {"ProfilerStep#2", "ProfilerStep#3"}, steps
 
 
-@pytest.mark.parametrize(
-    "flags,loaded", [([], False), (["--tensorboard", "board", "--profile-steps", "1"], True)]
-)
-def test_tensorboard_and_profiler_are_loaded_only_when_asked(tmp_path, flags, loaded):
-    argv = TINY + ["--epochs", "1", "--output-dir", "out"] + flags
-    result = run_python(["-c", PROBE, *argv], tmp_path)
+# A run's arguments without --tensorboard and --profile-steps, and with them.
+FLAGS = {"plain": [], "asked": ["--tensorboard", "{d}/board", "--profile-steps", "1"]}
+
+
+@pytest.fixture(scope="module")
+def in_one_process(tmp_path_factory):
+    """One process (support/run_scripts.py) running, one after another as `python SCRIPT`
+    would: PROBE with a run's arguments without --tensorboard and --profile-steps, PROBE
+    with them, then the bad inputs that only a rank can refuse (PROCESS_CASES)."""
+    folder = tmp_path_factory.mktemp("in_one_process")
+    probe = folder / "probe.py"
+    probe.write_text(PROBE)
+    entries = []
+    for name, flags in FLAGS.items():
+        d = folder / name
+        argv = TINY + ["--epochs", "1", "--output-dir", d / "out"]
+        entries.append((name, probe, argv + [flag.format(d=d) for flag in flags]))
+    for case_id in PROCESS_CASES:
+        d = folder / case_id
+        d.mkdir()
+        make_files(d)
+        argv, _ = BAD[case_id]
+        entries.append((case_id, MAIN, [a.format(d=d) for a in argv] + ["--output-dir", d / "out"]))
+    env = clean_environ(DEVICEKIT_DEVICE="cpu", OMP_NUM_THREADS=1)
+    return run_group(folder, "python", entries, TIMEOUT_S, environ=env)
+
+
+@pytest.mark.parametrize("name, loaded", [("plain", False), ("asked", True)])
+def test_tensorboard_and_profiler_are_loaded_only_when_asked(in_one_process, name, loaded):
+    """The run without the flags goes first in its process: nothing before it loaded
+    tensorboard or started a profiler."""
+    result = in_one_process.result(name)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.splitlines()[-1])
     assert bool(seen["tensorboard"]) is loaded, seen
     assert bool(seen["profilers"]) is loaded, seen
     assert not loaded or "torch.utils.tensorboard" in seen["tensorboard"], seen
-    assert os.path.isdir(tmp_path / "out" / "profile") is loaded
+    assert os.path.isdir(in_one_process.folder / name / "out" / "profile") is loaded
 
 
 # -- bad input ----------------------------------------------------------------------------
@@ -191,14 +212,36 @@ def make_files(d):
                 )
 
 
-@pytest.mark.parametrize("case_id", list(BAD))
+# Refused in the rank (only a rank counts the batches a data folder gives): run as `python
+# main.py` in in_one_process. The others are refused before main.py launches any rank, and
+# run in this process (support/main_in_process.py).
+PROCESS_CASES = ["profile-steps-more-than-the-data"]
+
+
+def assert_refused(result, expected, d):
+    """Exit code 2, `expected` the one line on stderr, nothing written in `d`."""
+    code, stderr = result
+    assert code == 2, stderr
+    assert stderr.splitlines() == [f"error: {expected.format(d=d)}"], stderr
+    assert sorted(os.listdir(d)) == ["a_file", "images"]  # no out/, no board/
+
+
+@pytest.mark.parametrize("case_id", [case for case in BAD if case not in PROCESS_CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case_id):
     argv, expected = BAD[case_id]
     make_files(tmp_path)
-    before = sorted(os.listdir(tmp_path))
     argv = [arg.format(d=tmp_path) for arg in argv] + ["--output-dir", str(tmp_path / "out")]
-    hidden = ["-c", WITHOUT_TENSORBOARD] if case_id == "tensorboard-not-installed" else [MAIN]
-    result = run_python(hidden + argv, tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.splitlines() == [f"error: {expected.format(d=tmp_path)}"], result.stderr
-    assert sorted(os.listdir(tmp_path)) == before  # no out/, no board/
+    # tensorboard-not-installed: hidden as on a machine without the package (its import
+    # fails, importlib finds no spec)
+    hidden = {"tensorboard": None} if case_id == "tensorboard-not-installed" else {}
+    with mock.patch.dict(sys.modules, hidden):
+        code, stderr, launch = run_main_until_launch(argv, tmp_path, {"DEVICEKIT_DEVICE": "cpu"})
+    assert launch is None, f"{case_id} reached devicekit.launch: only a rank refuses it"
+    assert_refused((code, stderr), expected, tmp_path)
+
+
+@pytest.mark.parametrize("case_id", PROCESS_CASES)
+def test_bad_input_a_rank_refuses_is_one_line_exit_2_and_writes_nothing(in_one_process, case_id):
+    result = in_one_process.result(case_id)
+    d = in_one_process.folder / case_id
+    assert_refused((result.returncode, result.stderr), BAD[case_id][1], d)

@@ -30,10 +30,11 @@ from devicekit.port.cli import main
 from devicekit.port.rule import LEAVE_TYPES
 from devicekit.port.transformer import PortTransformer
 from invariant import assert_usage_line
-from support import device_questions, launchers
+from support import device_questions
 from support.launchers import child_env, start
 from support.paths import CORPUS, TESTS
 from support.processes import Processes, describe
+from support.script_groups import run_group
 
 HEADER = "import torch\n"
 PORTED_HEADER = "import torch\nimport devicekit\n"
@@ -1425,6 +1426,7 @@ def test_corpus_reports(tmp_path, capsys):
 # -- the corpus, ported and run on the CPU --------------------------------------------------
 
 RUN_TIMEOUT_S = 240
+GROUP_TIMEOUT_S = 900  # a group runs up to ten scripts one after another
 
 
 @pytest.fixture(scope="module")
@@ -1435,25 +1437,219 @@ def ported_corpus(tmp_path_factory):
     return out
 
 
-def run(tmp_path, name, launcher, program, *args, environ=None):
-    """Run `program` (a script, or support.launchers.script(wrapper, script)) with `args` as
-    `launcher` starts it (support.launchers): torchrun and launch with 2 ranks, python alone
-    (the script's own launch or spawn, if any, decides). To the end (timeout, nothing left
-    running) in `environ` (default: child_env(), the CPU); its output. A failure or a
-    traceback fails the test."""
-    nproc = None if launcher == "python" else 2
-    env = child_env() if environ is None else environ
-    with Processes(tmp_path / name) as procs:
-        started = start(procs, launcher, program, args, nproc, tmp_path, env=env, name=name)
-        [result] = procs.finish_all(started, RUN_TIMEOUT_S)
-    assert result.returncode == 0, describe([result])
-    assert "Traceback" not in result.stderr, describe([result])
-    return result
+@pytest.fixture(scope="module")
+def on_torchrun(ported_corpus, tmp_path_factory):
+    """The ported scripts that torchrun starts, each with 2 CPU ranks under one torchrun
+    (support/run_scripts.py): ddp_trainer's, imagenet_style's, gpt_amp's,
+    launch_local_rank's, gpt_pretrain's, finetune_sampler's, nanogpt_style's and
+    fsdp1_wrap's runs; ddp_trainer and gpt_pretrain run again, resuming."""
+    folder = tmp_path_factory.mktemp("on_torchrun")
+    # the pretrained backbone file finetune_sampler loads
+    sys.path.insert(0, str(CORPUS))
+    try:
+        from finetune_sampler import backbone
+    finally:
+        sys.path.remove(str(CORPUS))
+    torch.manual_seed(5)
+    torch.save(backbone().state_dict(), folder / "backbone.pt")
+    snapshot, gpt = folder / "ddp_trainer" / "snapshot.pt", folder / "gpt_pretrain" / "gpt.pt"
+    script = ported_corpus.joinpath
+    return run_group(
+        folder,
+        "torchrun",
+        [
+            (
+                "ddp_trainer",
+                script("ddp_trainer.py"),
+                ["--epochs", 3, "--save-every", 3, "--snapshot", snapshot],
+            ),
+            (
+                "ddp_trainer_resumed",
+                script("ddp_trainer.py"),
+                ["--epochs", 5, "--snapshot", snapshot],
+            ),
+            (
+                "imagenet_style",
+                script("imagenet_style.py"),
+                [
+                    "--dist-url",
+                    "env://",
+                    "--epochs",
+                    2,
+                    "-b",
+                    32,
+                    "--seed",
+                    0,
+                    "--checkpoint",
+                    folder / "imagenet_style" / "checkpoint.pth.tar",
+                ],
+            ),
+            ("gpt_amp", script("gpt_amp.py"), []),
+            (
+                "launch_local_rank",
+                script("launch_local_rank.py"),
+                ["--out", folder / "launch_local_rank" / "model.pt"],
+            ),
+            (
+                "gpt_pretrain",
+                script("gpt_pretrain.py"),
+                ["--iters", 20, "--save-every", 10, "--out", gpt],
+            ),
+            (
+                "gpt_pretrain_resumed",
+                script("gpt_pretrain.py"),
+                ["--iters", 30, "--save-every", 10, "--out", gpt, "--resume"],
+            ),
+            (
+                "finetune_sampler",
+                script("finetune_sampler.py"),
+                [
+                    "--pretrained",
+                    folder / "backbone.pt",
+                    "--out",
+                    folder / "finetune_sampler" / "finetuned.pt",
+                ],
+            ),
+            (
+                "nanogpt_style",
+                script("nanogpt_style.py"),
+                [f"--out_dir={folder / 'nanogpt_style'}"],
+            ),
+            ("fsdp1_wrap", script("fsdp1_wrap.py"), ["--save", folder / "fsdp1_wrap" / "full.pt"]),
+        ],
+        GROUP_TIMEOUT_S,
+    )
 
 
-def own(launcher):
-    """The launcher of a parametrization: "own" (or "alone") is the script started plainly."""
-    return "python" if launcher in ("own", "alone") else launcher
+def spawned(port):
+    """The arguments with which imagenet_style and ascend_ddp spawn a rank per device."""
+    args = ["--multiprocessing-distributed", "--world-size", 1, "--rank", 0]
+    return [*args, "--dist-url", f"tcp://127.0.0.1:{port}"]
+
+
+@pytest.fixture(scope="module")
+def on_their_own(ported_corpus, tmp_path_factory):
+    """The ported scripts started plainly, one after another in one process (support/
+    run_scripts.py), each starting its ranks its own way (mp.spawn, now devicekit.launch:
+    2 CPU ranks) or running alone: imagenet_style's (and its resumed run), gpt_amp's,
+    spawn_checkpoint's, spawn_config's, nanogpt_style's, rank_as_device's and ascend_ddp's
+    (alone and spawned). The hard-coded master ports (spawn_config's 8888,
+    rank_as_device's 12345) yield to a free one given in the environment."""
+    folder = tmp_path_factory.mktemp("on_their_own")
+    script = ported_corpus.joinpath
+    imagenet = folder / "imagenet_style" / "checkpoint.pth.tar"
+    common = ["--epochs", 2, "--amp"]
+    return run_group(
+        folder,
+        "python",
+        [
+            (
+                "imagenet_style",
+                script("imagenet_style.py"),
+                [
+                    *spawned(find_free_port()),
+                    "--epochs",
+                    2,
+                    "-b",
+                    32,
+                    "--seed",
+                    0,
+                    "--checkpoint",
+                    imagenet,
+                ],
+            ),
+            (
+                "imagenet_style_resumed",
+                script("imagenet_style.py"),
+                [
+                    *spawned(find_free_port()),
+                    "--resume",
+                    imagenet,
+                    "--epochs",
+                    3,
+                    "--checkpoint",
+                    folder / "imagenet_style_resumed" / "again.pth.tar",
+                ],
+            ),
+            ("gpt_amp", script("gpt_amp.py"), []),
+            (
+                "spawn_checkpoint",
+                script("spawn_checkpoint.py"),
+                [folder / "spawn_checkpoint" / "ckpt.pt"],
+            ),
+            (
+                "spawn_config",
+                script("spawn_config.py"),
+                ["--out", folder / "spawn_config" / "model.pt"],
+            ),
+            (
+                "nanogpt_style",
+                script("nanogpt_style.py"),
+                [f"--out_dir={folder / 'nanogpt_style'}"],
+            ),
+            ("rank_as_device", script("rank_as_device.py"), []),
+            (
+                "ascend_ddp_alone",
+                script("ascend_ddp.py"),
+                [*common, "--save", folder / "ascend_ddp_alone" / "model.pt"],
+            ),
+            (
+                "ascend_ddp",
+                script("ascend_ddp.py"),
+                [*spawned(find_free_port()), *common, "--save", folder / "ascend_ddp" / "model.pt"],
+            ),
+        ],
+        GROUP_TIMEOUT_S,
+        environ=child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port()),
+    )
+
+
+def standin_env():
+    return child_env(DEVICEKIT_SIMULATE="npu", DEVICEKIT_DEVICE=None)
+
+
+PROBE = TESTS / "npu_standin" / "branch_probe.py"
+DEVICE_QUESTIONS = TESTS / "support" / "device_questions.py"
+
+
+@pytest.fixture(scope="module")
+def on_the_npu_stand_in(ported_corpus, tmp_path_factory):
+    """The ported scripts under one torchrun with 2 ranks of the npu stand-in
+    (support/run_scripts.py): fsdp2_blocks's run, and nanogpt_style's and ascend_ddp's
+    under branch_probe.py (which autocasts they entered, how often they synchronized)."""
+    folder = tmp_path_factory.mktemp("on_the_npu_stand_in")
+    script = ported_corpus.joinpath
+    return run_group(
+        folder,
+        "torchrun",
+        [
+            (
+                "fsdp2_blocks",
+                script("fsdp2_blocks.py"),
+                ["--ckpt", folder / "fsdp2_blocks" / "ckpt"],
+            ),
+            (
+                "nanogpt_style",
+                [PROBE, script("nanogpt_style.py")],
+                ["--max_iters=10", f"--out_dir={folder / 'nanogpt_style'}"],
+            ),
+            (
+                "ascend_ddp",
+                [PROBE, script("ascend_ddp.py")],
+                [
+                    "--dist-url",
+                    "env://",
+                    "--epochs",
+                    2,
+                    "--amp",
+                    "--save",
+                    folder / "ascend_ddp" / "model.pt",
+                ],
+            ),
+        ],
+        GROUP_TIMEOUT_S,
+        environ=standin_env(),
+    )
 
 
 def losses(pattern, text):
@@ -1473,71 +1669,40 @@ def test_check_is_clean_on_the_ported_corpus(ported_corpus, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ddp_trainer_runs_under_torchrun_and_resumes(ported_corpus, tmp_path):
-    script, snapshot = ported_corpus / "ddp_trainer.py", tmp_path / "snapshot.pt"
-    args = ["--epochs", 3, "--save-every", 3, "--snapshot", snapshot]
-    first = run(tmp_path, "first", "torchrun", script, *args)
+def test_ddp_trainer_runs_under_torchrun_and_resumes(on_torchrun):
+    first = on_torchrun.ran("ddp_trainer")
     for rank in (0, 1):
         values = losses(
             rf"\[rank {rank}\] epoch \d \| steps 8 \| loss (\d+\.\d{{5}})", first.stdout
         )
         assert len(values) == 3 and values[-1] < values[0] / 5, first.stdout
-    assert snapshot.exists()
-    second = run(tmp_path, "second", "torchrun", script, "--epochs", 5, "--snapshot", snapshot)
+    assert (on_torchrun.folder / "ddp_trainer" / "snapshot.pt").exists()
+    second = on_torchrun.ran("ddp_trainer_resumed")
     assert second.stdout.count("resumed from the snapshot at epoch 3") == 2, second.stdout
     assert re.findall(r"\[rank \d\] epoch (\d)", second.stdout).count("4") == 2
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "own"])
-def test_imagenet_style_runs(ported_corpus, tmp_path, launcher):
-    script, checkpoint = ported_corpus / "imagenet_style.py", tmp_path / "checkpoint.pth.tar"
-    common = ["--epochs", 2, "-b", 32, "--checkpoint", checkpoint, "--seed", 0]
-    if launcher == "torchrun":
-        args = ["--dist-url", "env://", *common]
-    else:
-        args = [
-            "--multiprocessing-distributed",
-            "--world-size",
-            1,
-            "--rank",
-            0,
-            "--dist-url",
-            f"tcp://127.0.0.1:{find_free_port()}",
-            *common,
-        ]
-    result = run(tmp_path, "train", own(launcher), script, *args)
+def test_imagenet_style_runs(on_torchrun, on_their_own, launcher):
+    group = on_torchrun if launcher == "torchrun" else on_their_own
+    result, folder = group.ran("imagenet_style"), group.folder / "imagenet_style"
     accuracies = re.findall(r"validation top-1 (\d+\.\d+) % of 128 images", result.stdout)
-    assert len(accuracies) == 4 and len(set(accuracies[-2:])) == 1, result.stdout
-    assert checkpoint.exists() and (tmp_path / "model_best.pth.tar").exists()
+    # two ranks, two epochs: each epoch's accuracy the same on both ranks, whichever order
+    # their lines come in (one rank's after the other's under torchrun, mixed when spawned)
+    pairs = sorted(accuracies)
+    assert len(accuracies) == 4 and pairs[0::2] == pairs[1::2], result.stdout
+    checkpoint = folder / "checkpoint.pth.tar"
+    assert checkpoint.exists() and (folder / "model_best.pth.tar").exists()
     if launcher == "own":  # resume: the checkpoint is mapped to each rank's device
-        resumed = run(
-            tmp_path,
-            "resume",
-            "python",
-            script,
-            "--multiprocessing-distributed",
-            "--world-size",
-            1,
-            "--rank",
-            0,
-            "--dist-url",
-            f"tcp://127.0.0.1:{find_free_port()}",
-            "--resume",
-            checkpoint,
-            "--epochs",
-            3,
-            "--checkpoint",
-            tmp_path / "again.pth.tar",
-        )
+        resumed = group.ran("imagenet_style_resumed")
         assert resumed.stdout.count(f"resumed {checkpoint} at epoch 2") == 2
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "own"])
-def test_gpt_amp_runs(ported_corpus, tmp_path, launcher):
-    script = ported_corpus / "gpt_amp.py"
-    result = run(tmp_path, "gpt", own(launcher), script)
+def test_gpt_amp_runs(on_torchrun, on_their_own, launcher):
+    result = (on_torchrun if launcher == "torchrun" else on_their_own).ran("gpt_amp")
     processes = 2 if launcher == "torchrun" else 1
     assert "60 iterations in " in result.stdout and f"on {processes} process(es)" in result.stdout
     [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
@@ -1550,14 +1715,14 @@ def test_gpt_amp_runs(ported_corpus, tmp_path, launcher):
 
 
 @pytest.mark.slow
-def test_spawn_checkpoint_runs(ported_corpus, tmp_path):
-    script, path = ported_corpus / "spawn_checkpoint.py", tmp_path / "ckpt.pt"
-    result = run(tmp_path, "spawn", "python", script, path)
+def test_spawn_checkpoint_runs(on_their_own):
+    result = on_their_own.ran("spawn_checkpoint")
     for rank in (0, 1):
         [(first, last)] = re.findall(
             rf"rank {rank}: loss (\d+\.\d{{4}}) -> (\d+\.\d{{4}})", result.stdout
         )
         assert float(last) < float(first), result.stdout
+    path = on_their_own.folder / "spawn_checkpoint" / "ckpt.pt"
     assert not path.exists(), "rank 0 removed the checkpoint after both reloaded it"
 
 
@@ -1572,56 +1737,43 @@ def assert_same_weights(result):
 
 
 @pytest.mark.slow
-def test_spawn_config_runs(ported_corpus, tmp_path):
-    script, out = ported_corpus / "spawn_config.py", tmp_path / "model.pt"
+def test_spawn_config_runs(on_their_own):
     # its own mp.spawn, now devicekit.launch; the hard-coded MASTER_PORT 8888 yields to one
     # given in the environment (a free one, so that runs never collide)
-    env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
-    result = run(tmp_path, "own", "python", script, "--out", out, environ=env)
-    assert_same_weights(result)
-    assert out.exists()
+    assert_same_weights(on_their_own.ran("spawn_config"))
+    assert (on_their_own.folder / "spawn_config" / "model.pt").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "launch"])
-def test_launch_local_rank_runs(ported_corpus, tmp_path, launcher):
-    script, out = ported_corpus / "launch_local_rank.py", tmp_path / "model.pt"
-    # torch.distributed.launch appends --local-rank=N (the script parsed only --local_rank)
-    result = run(tmp_path, launcher, launcher, script, "--out", out)
+def test_launch_local_rank_runs(ported_corpus, on_torchrun, tmp_path, launcher):
+    if launcher == "torchrun":
+        result = on_torchrun.ran("launch_local_rank")
+    else:  # torch.distributed.launch appends --local-rank=N (the script parsed only --local_rank)
+        script, out = ported_corpus / "launch_local_rank.py", tmp_path / "model.pt"
+        with Processes(tmp_path / launcher) as procs:
+            started = start(procs, launcher, script, ["--out", out], 2, tmp_path, name=launcher)
+            [result] = procs.finish_all(started, RUN_TIMEOUT_S)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, describe([result])
     assert_same_weights(result)
     [first, last] = losses(r"step (?:0|20) loss (\d+\.\d+)", result.stdout)
     assert last < first, result.stdout
 
 
 @pytest.mark.slow
-def test_gpt_pretrain_runs_and_resumes(ported_corpus, tmp_path):
-    script, out = ported_corpus / "gpt_pretrain.py", tmp_path / "gpt.pt"
-    args = ["--iters", 20, "--save-every", 10, "--out", out]
-    first = run(tmp_path, "first", "torchrun", script, *args)
+def test_gpt_pretrain_runs_and_resumes(on_torchrun):
+    first = on_torchrun.ran("gpt_pretrain")
     assert_same_weights(first)
     values = losses(r"iter (?:0|10) loss (\d+\.\d+)", first.stdout)
     assert len(values) == 2 and values[1] < values[0], first.stdout
-    args = ["--iters", 30, "--save-every", 10, "--out", out, "--resume"]
-    resumed = run(tmp_path, "resumed", "torchrun", script, *args)
+    resumed = on_torchrun.ran("gpt_pretrain_resumed")
     assert "iter 20 loss" in resumed.stdout and "iter 0 loss" not in resumed.stdout
     assert_same_weights(resumed)
 
 
 @pytest.mark.slow
-def test_finetune_sampler_runs(ported_corpus, tmp_path):
-    import torch  # the test makes the pretrained backbone file the script loads
-
-    sys.path.insert(0, str(CORPUS))
-    try:
-        from finetune_sampler import backbone
-    finally:
-        sys.path.remove(str(CORPUS))
-    torch.manual_seed(5)
-    pretrained = tmp_path / "backbone.pt"
-    torch.save(backbone().state_dict(), pretrained)
-    script = ported_corpus / "finetune_sampler.py"
-    args = ["--pretrained", pretrained, "--out", tmp_path / "finetuned.pt"]
-    result = run(tmp_path, "finetune", "torchrun", script, *args)
+def test_finetune_sampler_runs(on_torchrun):
+    result = on_torchrun.ran("finetune_sampler")
     assert_same_weights(result)
     accuracies = losses(r"val acc (\d+\.\d)%", result.stdout)
     assert len(accuracies) == 3 and accuracies[-1] > 50, result.stdout
@@ -1641,9 +1793,9 @@ def test_the_projects_own_application_code_has_nothing_cuda_only(capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
-def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
-    script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
-    result = run(tmp_path, "nanogpt", launcher, script, f"--out_dir={out}")
+def test_nanogpt_style_runs(on_torchrun, on_their_own, launcher):
+    group = on_torchrun if launcher == "torchrun" else on_their_own
+    result, out = group.ran("nanogpt_style"), group.folder / "nanogpt_style"
     processes = 2 if launcher == "torchrun" else 1
     [(final, first)] = re.findall(
         rf"trained on cpu in float16 on {processes} process\(es\): val loss (\d+\.\d+) "
@@ -1655,20 +1807,18 @@ def test_nanogpt_style_runs(ported_corpus, tmp_path, launcher):
 
 
 @pytest.mark.slow
-def test_fsdp2_blocks_runs_sharded_on_the_npu_stand_in(ported_corpus, tmp_path):
+def test_fsdp2_blocks_runs_sharded_on_the_npu_stand_in(on_the_npu_stand_in):
     """FSDP2 per block with a bf16 policy, clip_grad_norm_ on the shards and a
     torch.distributed.checkpoint folder, ported, under torchrun on 2 ranks of the npu
     stand-in, whose allocator gives the peak memory the script prints."""
-    script, folder = ported_corpus / "fsdp2_blocks.py", tmp_path / "ckpt"
-    env = child_env(DEVICEKIT_SIMULATE="npu", DEVICEKIT_DEVICE="npu")
-    result = run(tmp_path, "fsdp2", "torchrun", script, "--ckpt", folder, environ=env)
+    result = on_the_npu_stand_in.ran("fsdp2_blocks")
     [(final, first, peak)] = re.findall(
         r"final loss (\d+\.\d+) \(first (\d+\.\d+)\); peak memory (\d+\.\d+) MiB",
         result.stdout,
     )
     assert float(final) < float(first) / 2, result.stdout
     assert float(peak) > 0, "the stand-in counted no npu memory"
-    assert (folder / ".metadata").is_file()
+    assert (on_the_npu_stand_in.folder / "fsdp2_blocks" / "ckpt" / ".metadata").is_file()
 
 
 @pytest.mark.slow
@@ -1692,24 +1842,21 @@ def test_fsdp2_blocks_preflights_clean_on_the_npu_stand_in(ported_corpus, tmp_pa
 
 
 @pytest.mark.slow
-def test_fsdp1_wrap_runs_sharded_on_the_cpu(ported_corpus, tmp_path):
+def test_fsdp1_wrap_runs_sharded_on_the_cpu(on_torchrun):
     """FSDP1 with device_id=torch.cuda.current_device(), sync_module_states=True and a
     full state dict offloaded to the host, ported, under torchrun on 2 CPU ranks; the
     saved weights load with plain torch.load."""
-    script, saved = ported_corpus / "fsdp1_wrap.py", tmp_path / "full.pt"
-    result = run(tmp_path, "fsdp1", "torchrun", script, "--save", saved)
+    result = on_torchrun.ran("fsdp1_wrap")
     [(final, first)] = re.findall(r"final loss (\d+\.\d+) \(first (\d+\.\d+)\)", result.stdout)
     assert float(final) < float(first) / 2, result.stdout
-    weights = torch.load(saved, weights_only=True)["model"]
+    weights = torch.load(on_torchrun.folder / "fsdp1_wrap" / "full.pt", weights_only=True)["model"]
     assert weights["out.weight"].shape == (1, 48) and len(weights) == 20, list(weights)
 
 
 @pytest.mark.slow
-def test_rank_as_device_runs(ported_corpus, tmp_path):
-    script = ported_corpus / "rank_as_device.py"
+def test_rank_as_device_runs(on_their_own):
     # its MASTER_PORT 12345 yields to a free one given in the environment
-    env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=find_free_port())
-    result = run(tmp_path, "ddp", "python", script, environ=env)
+    result = on_their_own.ran("rank_as_device")
     accuracies = re.findall(r"\[GPU(\d)\] Training accuracy (\d\.\d+)", result.stdout)
     assert sorted(rank for rank, _ in accuracies) == ["0", "1"], result.stdout
     assert all(float(value) > 0.9 for _, value in accuracies), result.stdout
@@ -1717,24 +1864,11 @@ def test_rank_as_device_runs(ported_corpus, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["alone", "own"])
-def test_ascend_ddp_runs_without_torch_npu(ported_corpus, tmp_path, launcher):
-    script, saved = ported_corpus / "ascend_ddp.py", tmp_path / "model.pt"
+def test_ascend_ddp_runs_without_torch_npu(ported_corpus, on_their_own, launcher):
     assert "torch_npu" not in (ported_corpus / "ascend_ddp.py").read_text().split('"""')[2]
-    common = ["--epochs", 2, "--amp", "--save", saved]
-    if launcher == "own":  # its mp.spawn, now devicekit.launch: one rank per device
-        args = [
-            "--multiprocessing-distributed",
-            "--world-size",
-            1,
-            "--rank",
-            0,
-            "--dist-url",
-            f"tcp://127.0.0.1:{find_free_port()}",
-            *common,
-        ]
-    else:
-        args = common
-    result = run(tmp_path, launcher, own(launcher), script, *args)
+    # own: its mp.spawn, now devicekit.launch: one rank per device
+    name = "ascend_ddp" if launcher == "own" else "ascend_ddp_alone"
+    result = on_their_own.ran(name)
     ranks = 1 if launcher == "alone" else 2
     finals = re.findall(
         r"\[rank (\d)\] epoch 1 loss \d\.\d+ accuracy (\d+\.\d) % in [\d.]+ s "
@@ -1742,19 +1876,32 @@ def test_ascend_ddp_runs_without_torch_npu(ported_corpus, tmp_path, launcher):
         result.stdout,
     )
     assert len(finals) == ranks and all(float(a) > 90 for _, a in finals), result.stdout
-    assert saved.exists()
+    assert (on_their_own.folder / name / "model.pt").exists()
 
 
-def standin_env():
-    return child_env(DEVICEKIT_SIMULATE="npu", DEVICEKIT_DEVICE=None)
-
-
-PROBE = TESTS / "npu_standin" / "branch_probe.py"
-DEVICE_QUESTIONS = TESTS / "support" / "device_questions.py"
+@pytest.fixture(scope="module")
+def alone_on_the_npu_stand_in(tmp_path_factory):
+    """One process on the npu stand-in (support/run_scripts.py) running, one after another:
+    the unported nanogpt_style.py for 2 iterations (first: nothing imported devicekit
+    before it), and support/device_questions.py."""
+    folder = tmp_path_factory.mktemp("alone_on_the_npu_stand_in")
+    nanogpt = ["--max_iters=2", f"--out_dir={folder / 'original'}"]
+    return run_group(
+        folder,
+        "python",
+        [
+            ("original", CORPUS / "nanogpt_style.py", nanogpt),
+            ("device_questions", DEVICE_QUESTIONS, []),
+        ],
+        RUN_TIMEOUT_S,
+        environ=standin_env(),
+    )
 
 
 @pytest.mark.slow
-def test_the_device_questions_answer_as_the_original_here_and_as_an_npu_on_the_stand_in():
+def test_the_device_questions_answer_as_the_original_here_and_as_an_npu_on_the_stand_in(
+    alone_on_the_npu_stand_in,
+):
     """A backend chosen by dist.is_nccl_available(), `if y.is_cuda: synchronize()`, a
     loss scaler for `device.type in ("cuda",)`, an autocast without enabled=. On a CPU the
     ported code answers as the original did (gloo, fp32: a CUDA autocast does nothing
@@ -1763,13 +1910,7 @@ def test_the_device_questions_answer_as_the_original_here_and_as_an_npu_on_the_s
     synchronizes and scales."""
     host = ["gloo", "torch.float32", False, False]
     assert device_questions.ask() == {"original": host, "ported": host}
-    result = subprocess.run(
-        [sys.executable, str(DEVICE_QUESTIONS)],
-        env=standin_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    result = alone_on_the_npu_stand_in.result("device_questions")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
         "original": host,
@@ -1778,36 +1919,26 @@ def test_the_device_questions_answer_as_the_original_here_and_as_an_npu_on_the_s
 
 
 @pytest.mark.slow
-def test_nanogpt_style_takes_the_accelerators_branch_on_the_npu_stand_in(ported_corpus, tmp_path):
+def test_nanogpt_style_takes_the_accelerators_branch_on_the_npu_stand_in(
+    on_the_npu_stand_in, alone_on_the_npu_stand_in
+):
     """On an NPU the ported trainer autocasts on npu (in bfloat16: the NPU has it) and
     synchronizes before each timing; the original, on the same machine, cannot run."""
-    script, out = ported_corpus / "nanogpt_style.py", tmp_path / "out"
-    probed, args = launchers.script(PROBE, script), ["--max_iters=10", f"--out_dir={out}"]
-    result = run(tmp_path, "npu", "torchrun", probed, *args, environ=standin_env())
+    result = on_the_npu_stand_in.ran("nanogpt_style")
     assert "trained on npu in bfloat16 on 2 process(es)" in result.stdout, result.stdout
     assert "using fused AdamW: True" in result.stdout
     for rank in (0, 1):
         assert (
             f"PROBE rank={rank} autocast=['npu:torch.bfloat16'] synchronize=10" in result.stdout
         ), result.stdout
-    args = ["--max_iters=2", f"--out_dir={out}"]
-    with Processes(tmp_path / "original") as procs:
-        unported = CORPUS / "nanogpt_style.py"
-        started = start(
-            procs, "python", unported, args, None, tmp_path, env=standin_env(), name="original"
-        )
-        [original] = procs.finish_all(started, RUN_TIMEOUT_S)
+    original = alone_on_the_npu_stand_in.result("original")
     assert original.returncode != 0 and "Torch not compiled with CUDA enabled" in original.stderr
 
 
 @pytest.mark.slow
-def test_ascend_ddp_runs_on_the_npu_stand_in_under_torchrun(ported_corpus, tmp_path):
-    script, saved = ported_corpus / "ascend_ddp.py", tmp_path / "model.pt"
-    args = ["--dist-url", "env://", "--epochs", 2, "--amp", "--save", saved]
-    result = run(
-        tmp_path, "npu", "torchrun", launchers.script(PROBE, script), *args, environ=standin_env()
-    )
-    assert saved.exists()
+def test_ascend_ddp_runs_on_the_npu_stand_in_under_torchrun(on_the_npu_stand_in):
+    result = on_the_npu_stand_in.ran("ascend_ddp")
+    assert (on_the_npu_stand_in.folder / "ascend_ddp" / "model.pt").exists()
     for rank in (0, 1):
         [accuracy] = re.findall(
             rf"\[rank {rank}\] epoch 1 loss \d\.\d+ accuracy (\d+\.\d) % in [\d.]+ s on npu:{rank}",

@@ -15,12 +15,12 @@ stdout, stderr and JSON report, byte for byte, but for main.py's own timings ("T
 0.091", "Data 0.068"), which no test reads. Every test of this module has a hard time
 limit of TIMEOUT_S (support/time_limit.py), as each process has.
 
-Four runs stay real processes (`preflight`), each with its reason where it is made: the
+Three runs stay real processes (`preflight`), each with its reason where it is made: the
 hazards run (the proof that the command works as a program: the script's output, on a
-buffered pipe, passes through before the report), one usage mistake (one line, exit 2,
-from the real interpreter), the npu stand-in (DEVICEKIT_SIMULATE=npu must be set before
-torch is imported, and the device it registers stays for the life of the process) and
-Ctrl-C (a real SIGINT).
+buffered pipe, passes through before the report), the npu stand-in (DEVICEKIT_SIMULATE=npu
+must be set before torch is imported, and the device it registers stays for the life of
+the process) and Ctrl-C (a real SIGINT). A usage mistake's one line and exit 2 from the
+real interpreter is tests/test_fuzz_preflight.py's process.
 """
 
 import importlib.util
@@ -295,8 +295,13 @@ def test_another_releases_list_is_used(tmp_path):
 @pytest.mark.parametrize(
     "args, says, run",
     [
-        # A process: a usage mistake ends the real interpreter with one line and exit 2.
-        (["missing.py"], "error: script 'missing.py' does not exist: check the path", preflight),
+        # That a usage mistake ends the real interpreter with one line and exit 2 is proven
+        # by a process in tests/test_fuzz_preflight.py (a script that does not compile).
+        (
+            ["missing.py"],
+            "error: script 'missing.py' does not exist: check the path",
+            preflight_here,
+        ),
         (["--steps", "0", "hazards.py"], "error: --steps 0 must be at least 1", preflight_here),
         (
             [],

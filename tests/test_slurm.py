@@ -4,7 +4,8 @@
 One module-scoped run starts everything at once (the 2-core machine runs them side by side)
 and the tests read what it left:
 
-- torchrun's 2-rank runs of main.py and of the flat-API example, the references;
+- torchrun's 2-rank runs of main.py and of the flat-API example, the references
+  (support/torchrun_references.py: made once a session, test_mpi_deepspeed.py reads them too);
 - `srun -N1 -n2` of the flat-API example, and `srun -N2 --ntasks-per-node=1` of main.py
   (two Slurm nodes in multiple-slurmd mode: their names do not resolve, so MASTER_ADDR is
   given, as docs/launching.md says);
@@ -26,7 +27,8 @@ import time
 import pytest
 
 from devicekit.processes import STOP_GRACE_S
-from support.launchers import MAIN, PY, commands, script
+from support import torchrun_references as references
+from support.launchers import PY
 from support.paths import REPO
 from support.run_groups import Group
 from support.runs import TINY, assert_bitwise_equal, load_checkpoint
@@ -37,8 +39,6 @@ from trainer import state
 pytestmark = pytest.mark.slow
 
 DOCS = REPO / "docs" / "launching.md"
-EXAMPLE = REPO / "examples" / "launch_local_rank.py"
-EXAMPLE_ARGS = ["--steps", "12", "--batch-size", "8"]
 DONE = re.compile(r"^rank (\d+)/(\d+) done: weights ([0-9a-f]{16})$", re.M)
 SAVE_EVERY = 2
 # Rank 0 waits at the 3rd step of epoch 1 (TINY: 3 steps an epoch), after --save-every 2 saved
@@ -70,19 +70,9 @@ def _start_all(cluster, root, stack):
     train, per_node = root / "train.sbatch", root / "train_per_node.sbatch"
     train.write_text(docs_script("train.sbatch"))
     per_node.write_text(docs_script("train_per_node.sbatch"))
-
-    for name, program, args in (
-        ("torchrun", MAIN, [*TINY, "--output-dir", runs.folder / "torchrun"]),
-        ("torchrun_example", script(EXAMPLE), [*EXAMPLE_ARGS, "--out", runs.folder / "t.pt"]),
-    ):
-        (command,) = commands("torchrun", program, args, 2, runs.folder, name=name)
-        runs.start(name, command.argv, cluster.env(runs.tracked.env()))
     srun = ["srun", "--kill-on-bad-exit=1"]
-    runs.start(
-        "srun_example",
-        [*srun, "-N1", "-n2", PY, EXAMPLE, *EXAMPLE_ARGS, "--out", runs.folder / "s.pt"],
-        cluster.env(runs.tracked.env()),
-    )
+    example = [PY, references.EXAMPLE, *references.EXAMPLE_ARGS, "--out", runs.folder / "s.pt"]
+    runs.start("srun_example", [*srun, "-N1", "-n2", *example], cluster.env(runs.tracked.env()))
     runs.start(
         "two_nodes",
         [*srun, "-N2", "--ntasks-per-node=1", PY, "main.py", *TINY]
@@ -134,11 +124,7 @@ def _stop_paused_jobs(cluster, groups):
         stamp = groups[name].folder / "stamp"
         poll_until(stamp.exists, RUN_TIMEOUT_S, f"the {name} job reaching step {PAUSE_AT}")
     signalled = {}
-    job = groups["requeue"].jobs["requeue"]
-    cluster.run(["scontrol", "requeue", job])
-    # Back in the queue, the job is held for two minutes (BeginTime): release it now.
-    cluster.wait_for(job, RUN_TIMEOUT_S, ("PENDING",))
-    cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+    cluster.requeue(groups["requeue"].jobs["requeue"], RUN_TIMEOUT_S)
     signalled["usr1"] = time.monotonic()
     cluster.run(["scancel", "--signal=USR1", groups["usr1"].jobs["usr1"]])
     signalled["term"] = time.monotonic()
@@ -156,9 +142,10 @@ def _stop_paused_jobs(cluster, groups):
 
 
 @pytest.fixture(scope="module")
-def slurm_runs(cluster, tmp_path_factory):
+def slurm_runs(cluster, torchrun_references, tmp_path_factory):
     """Everything the tests read: {"out": {name: Finished}, "jobs": {name: scontrol's
-    fields}, "folders": {group: folder}, "gone": {usr1/term: seconds}}."""
+    fields}, "folders": {group: folder}, "gone": {usr1/term: seconds}}; torchrun's runs
+    (the references) ended too."""
     root = tmp_path_factory.mktemp("slurm")
     with contextlib.ExitStack() as stack:
         groups = _start_all(cluster, root, stack)
@@ -172,6 +159,7 @@ def slurm_runs(cluster, tmp_path_factory):
                 jobs[name]["output"] = (group.folder / f"{name}.out").read_text()
         for group in groups.values():
             group.tracked.wait_all_gone(GONE_BOUND_S)
+    torchrun_references.finished()
     folders = {name: group.folder for name, group in groups.items()}
     return {"out": out, "jobs": jobs, "folders": folders, "gone": gone}
 
@@ -180,38 +168,40 @@ def _hashes(text):
     return {int(rank): (int(world), weights) for rank, world, weights in DONE.findall(text)}
 
 
-def test_srun_runs_the_flat_api_script_to_torchruns_weights(slurm_runs):
+def test_srun_runs_the_flat_api_script_to_torchruns_weights(slurm_runs, torchrun_references):
+    _, torchrun_example = torchrun_references.finished()
+    reference = _hashes(torchrun_example.stdout)
+    assert reference.keys() == {0, 1}, torchrun_example
     out = slurm_runs["out"]
-    reference = _hashes(out["torchrun_example"].stdout)
-    assert reference.keys() == {0, 1}, out["torchrun_example"]
     assert _hashes(out["srun_example"].stdout) == reference, out["srun_example"]
 
 
-def _same_weights_as_torchrun(slurm_runs, output):
-    runs = slurm_runs["folders"]["runs"]
-    reference = load_checkpoint(runs / "torchrun")
+def _same_weights_as_torchrun(torchrun_references, output):
+    reference = load_checkpoint(torchrun_references.main_dir)
     checkpoint = load_checkpoint(output)
     assert checkpoint["epoch"] == reference["epoch"] == 2
     assert_bitwise_equal(checkpoint["state_dict"], reference["state_dict"], f"{output}")
     assert_bitwise_equal(checkpoint["optimizer"], reference["optimizer"], f"{output} optimizer")
 
 
-def test_srun_on_two_nodes_trains_main_to_torchruns_weights(slurm_runs):
+def test_srun_on_two_nodes_trains_main_to_torchruns_weights(slurm_runs, torchrun_references):
     run = slurm_runs["out"]["two_nodes"]
     assert run.returncode == 0, run
     assert "slurm: rank 0/2, local rank 0/1, node 0/2, master 127.0.0.1:" in run.stdout, run
-    _same_weights_as_torchrun(slurm_runs, slurm_runs["folders"]["runs"] / "two_nodes")
+    _same_weights_as_torchrun(torchrun_references, slurm_runs["folders"]["runs"] / "two_nodes")
 
 
-def test_sbatch_one_task_per_node_runs_run_8p_to_torchruns_weights(slurm_runs):
+def test_sbatch_one_task_per_node_runs_run_8p_to_torchruns_weights(slurm_runs, torchrun_references):
     job = slurm_runs["jobs"]["per_node"]
     assert (job["JobState"], job["ExitCode"]) == ("COMPLETED", "0:0"), job["output"]
     rank0 = (slurm_runs["folders"]["runs"] / "logs" / "rank_0.log").read_text()
     assert "(env: rank 0/2, local rank 0/2, node 0/1" in rank0, rank0
-    _same_weights_as_torchrun(slurm_runs, slurm_runs["folders"]["runs"] / "per_node")
+    _same_weights_as_torchrun(torchrun_references, slurm_runs["folders"]["runs"] / "per_node")
 
 
-def test_a_requeued_job_resumes_from_its_checkpoint_to_the_same_weights(slurm_runs):
+def test_a_requeued_job_resumes_from_its_checkpoint_to_the_same_weights(
+    slurm_runs, torchrun_references
+):
     job = slurm_runs["jobs"]["requeue"]
     log = job["output"]
     assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("COMPLETED", "0:0", "1"), log
@@ -219,7 +209,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_to_the_same_weights(slurm_ru
     assert len(starts) == 2, log
     assert "restart" not in starts[0] and starts[1].endswith(", restart 1"), starts
     assert re.search(r"^=> resumed .* at epoch 1, step 2$", log, re.M), log
-    _same_weights_as_torchrun(slurm_runs, slurm_runs["folders"]["requeue"] / "out")
+    _same_weights_as_torchrun(torchrun_references, slurm_runs["folders"]["requeue"] / "out")
 
 
 @pytest.mark.parametrize("name", ["usr1", "term"])

@@ -31,6 +31,7 @@ from PIL import Image
 
 import devicekit
 import models
+from devicekit.environments import find_free_port
 from support.launchers import child_env
 from support.paths import REPO
 from support.processes import Processes, describe
@@ -59,6 +60,7 @@ EXPECTED_MODE = {
     "spawn": "spawn",
     "run_8p": "env",
     "ascend": "ascend",
+    "env": "env",
     "single": "single",
 }
 # metrics.jsonl fields that depend only on the computation (not on the clock).
@@ -111,6 +113,12 @@ def initial_state_dict(arch, num_classes, seed=0):
 # -- 1. the same weights under every launcher ---------------------------------------------
 
 
+def given_port(launcher):
+    """The variables that give run_8p.sh its master port: finding a free one itself costs a
+    Python that imports torch, and the README's demo run (below) covers that path."""
+    return {"MASTER_PORT": find_free_port()} if launcher == "run_8p" else {}
+
+
 @pytest.fixture(scope="module")
 def launcher_runs(tmp_path_factory):
     """Each launcher's 2-rank TINY run, made once per module: (results, output dir)."""
@@ -120,7 +128,8 @@ def launcher_runs(tmp_path_factory):
         if name not in cache:
             directory = tmp_path_factory.mktemp(name)
             output = directory / "out"
-            results = run_training(name, [*TINY, "--output-dir", output], directory)
+            args = [*TINY, "--output-dir", output]
+            results = run_training(name, args, directory, **given_port(name))
             cache[name] = (results, output)
         return cache[name]
 
@@ -194,58 +203,29 @@ def test_every_launcher_trains_the_same_weights(launcher_runs):
         assert deterministic(rows) == deterministic(reference_rows), launcher
 
 
-# -- 2. one process with batch B == two processes with B/2 (no batch norm) ----------------
-
-
-@pytest.mark.slow
-def test_two_ranks_match_one_rank_without_batch_norm(tmp_path):
-    # fp32: bf16 autocast (the CPU default where it is native) rounds each rank's half-batch
-    # differently, far beyond the float tolerance this comparison is about.
-    args = [*TINY, "-a", "tinynet_nobn", "--epochs", "1", "--val-steps", "1", "--no-amp"]
-    single_out, pair_out = tmp_path / "single" / "out", tmp_path / "pair" / "out"
-    single = run_training(
-        "single", [*args, "--output-dir", single_out], tmp_path / "single", nproc=1
-    )
-    pair = run_training("torchrun", [*args, "--output-dir", pair_out], tmp_path / "pair")
-    assert_started_as(single[0].stdout, "single", 1)
-    assert "batch 16 per process" in single[0].stdout
-    assert_started_as(pair[0].stdout, "torchrun", 2)
-    assert "batch 8 per process" in pair[0].stdout
-
-    one = load_checkpoint(single_out)["state_dict"]
-    two = load_checkpoint(pair_out)["state_dict"]
-    initial = initial_state_dict("tinynet_nobn", 10)
-    assert set(one) == set(two) == set(initial)
-    # Not bitwise: the 2-rank gradient is (sum over 8 + sum over 8) / 2 summed by gloo's
-    # all-reduce, the 1-rank one a single reduction over 16; float addition is not
-    # associative, so the last bits differ (and 3 momentum steps carry them along).
-    for key in initial:
-        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
-    # ... and the runs did train: every tensor moved, by far more than the runs differ.
-    moved = max((one[key] - initial[key]).abs().max().item() for key in initial)
-    apart = max((one[key] - two[key]).abs().max().item() for key in initial)
-    for key in initial:
-        assert not torch.equal(one[key], initial[key]), f"1 rank: {key} never changed"
-        assert not torch.equal(two[key], initial[key]), f"2 ranks: {key} never changed"
-    assert moved > 1e-3 and apart < moved * 1e-3, (moved, apart)
-    assert read_metrics(single_out)[0]["world_size"] == 1
-    assert read_metrics(pair_out)[0]["world_size"] == 2
-
-
-# -- 3. every validation sample counts once, whatever the world size ----------------------
+# -- 2./3. one short epoch on 1 and 2 ranks of the demo's shapes -------------------------
 
 SHAPES_CLASSES, SHAPES_VAL_PER_CLASS, SHAPES_TRAIN_PER_CLASS = 5, 5, 4
 SHAPES_VAL = SHAPES_CLASSES * SHAPES_VAL_PER_CLASS  # 25: divisible by neither 2 nor 3
-# -b 6 divides over 1, 2 and 3 ranks (6, 3, 2 per process): every shard ends in a
-# partial batch (25 = 4*6+1; 13+12 by 3; 9+8+8 by 2). fp32 (--no-amp), as the reference
-# accuracy computed here is.
+# -b 6 divides over 1, 2 and 3 ranks (6, 3, 2 per process): the shards are uneven and
+# end in partial batches (25 = 4*6+1 on 1 rank; 13+12 on 2; 9+8+8 on 3). fp32 (--no-amp),
+# as the reference accuracy computed here is.
 SHAPES_ARGS = [
     *tiny_args(
         dummy=False, classes=SHAPES_CLASSES, batch=6, epochs=None, steps=None, val_steps=None
     ),
     "--no-amp",
 ]
-WORLDS = {1: "single", 2: "torchrun", 3: "spawn"}
+# The world sizes of the shapes runs and the launcher of each (any launcher trains the same
+# weights: test_every_launcher_trains_the_same_weights); Ascend's per-rank loop starts no
+# launcher process of its own. Not 3 ranks as well: a third rank's shard is one more
+# uneven shard counted into the same all_reduce, and the shard arithmetic of 1 to 4 ranks
+# is test_shard_sampler_covers_every_index_once's; the shard (resnet18) and --evaluate
+# runs below split the 25 images over 2 ranks again.
+WORLDS = {1: "single", 2: "ascend"}
+# No batch norm: a rank's batch statistics would differ from those of the whole batch, and
+# the world sizes could not end with the same weights (test_two_ranks_match_one_rank_...).
+SHAPES_ARCH = "tinynet_nobn"
 
 
 def shapes_dataset(tmp_path):
@@ -279,54 +259,106 @@ def expected_accuracy(checkpoint_path, val_dir, arch="tinynet"):
     )
 
 
+@pytest.fixture(scope="module")
+def shapes_runs(tmp_path_factory):
+    """(dataset root, {world size: (results, output dir)}): one epoch of 2 steps of
+    SHAPES_ARCH on the shapes with 1 and 2 ranks (WORLDS), made once per module."""
+    root = tmp_path_factory.mktemp("shapes")
+    shapes = shapes_dataset(root)
+    runs = {}
+    for world, launcher in WORLDS.items():
+        output = root / f"train{world}" / "out"
+        args = [shapes, *SHAPES_ARGS, "-a", SHAPES_ARCH, "--epochs", "1", "--steps-per-epoch"]
+        args += ["2", "--output-dir", output]
+        runs[world] = (run_training(launcher, args, output.parent, nproc=world), output)
+    return shapes, runs
+
+
 @pytest.mark.slow
-def test_validation_counts_every_sample_once_for_any_world_size(tmp_path):
-    """One short epoch on 1, 2 and 3 ranks: metrics.jsonl counts all 25 validation samples,
+def test_two_ranks_match_one_rank_without_batch_norm(shapes_runs):
+    """The shapes runs without batch norm: 2 ranks with B/2 each end with the weights of 1
+    rank with batch B, up to float rounding, after training that moved every tensor by far
+    more."""
+    _, runs = shapes_runs
+    (single, single_out), (pair, pair_out) = runs[1], runs[2]
+    assert_started_as(single[0].stdout, "single", 1)
+    assert "batch 6 per process" in single[0].stdout
+    assert_started_as(pair[0].stdout, "ascend", 2)
+    assert "batch 3 per process" in pair[0].stdout
+
+    one = load_checkpoint(single_out)["state_dict"]
+    two = load_checkpoint(pair_out)["state_dict"]
+    initial = initial_state_dict(SHAPES_ARCH, SHAPES_CLASSES)
+    assert set(one) == set(two) == set(initial)
+    # Not bitwise: the 2-rank gradient is (sum over 3 + sum over 3) / 2 summed by gloo's
+    # all-reduce, the 1-rank one a single reduction over 6; float addition is not
+    # associative, so the last bits differ (and 2 momentum steps carry them along).
+    for key in initial:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+    # ... and the runs did train: every tensor moved, by far more than the runs differ.
+    moved = max((one[key] - initial[key]).abs().max().item() for key in initial)
+    apart = max((one[key] - two[key]).abs().max().item() for key in initial)
+    for key in initial:
+        assert not torch.equal(one[key], initial[key]), f"1 rank: {key} never changed"
+        assert not torch.equal(two[key], initial[key]), f"2 ranks: {key} never changed"
+    assert moved > 1e-3 and apart < moved * 1e-3, (moved, apart)
+    assert read_metrics(single_out)[0]["world_size"] == 1
+    assert read_metrics(pair_out)[0]["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_validation_counts_every_sample_once_for_any_world_size(shapes_runs):
+    """The shapes runs on 1 and 2 ranks: metrics.jsonl counts all 25 validation samples,
     and the accuracy each run printed is the one a single pass over all 25 images here
     gives its checkpoint (which holds the weights it validated), so no sample was dropped
-    or counted twice by any world size's split; and so does --evaluate of a checkpoint on
-    another number of ranks."""
-    shapes = shapes_dataset(tmp_path)
+    or counted twice by any world size's split. (--evaluate of a checkpoint on another
+    number of ranks: test_evaluate_under_torchrun_exits_cleanly_every_time.)"""
+    shapes, runs = shapes_runs
     for world, launcher in WORLDS.items():
-        output = tmp_path / f"train{world}" / "out"
-        results = run_training(
-            launcher,
-            [
-                shapes,
-                *SHAPES_ARGS,
-                "--epochs",
-                "1",
-                "--steps-per-epoch",
-                "2",
-                "--output-dir",
-                output,
-            ],
-            output.parent,
-            nproc=world,
-        )
+        results, output = runs[world]
         assert_started_as(results[0].stdout, launcher, world)
         (row,) = read_metrics(output)
         assert row["val_samples"] == SHAPES_VAL, (world, row)
         assert row["world_size"] == world
         hits = row["acc1"] * SHAPES_VAL / 100
         assert abs(hits - round(hits)) < 1e-6, row  # a whole number of the 25 samples
-        acc1, acc5 = expected_accuracy(output / state.CHECKPOINT, Path(shapes) / "val")
+        acc1, acc5 = expected_accuracy(output / state.CHECKPOINT, Path(shapes) / "val", SHAPES_ARCH)
         assert printed_accuracies(results[0].stdout) == [(f"{acc1:.3f}", f"{acc5:.3f}")], (
             world,
             results[0].stdout,
         )
         assert (row["acc1"], row["acc5"]) == pytest.approx((acc1, acc5)), (world, row)
 
-    # --evaluate --resume: the 1-rank checkpoint evaluated by 3 ranks (25 samples split
-    # unevenly) gives the accuracy of a single pass here.
-    checkpoint = tmp_path / "train1" / "out" / state.CHECKPOINT
-    acc1, acc5 = expected_accuracy(checkpoint, Path(shapes) / "val")
-    results = run_training(
-        "spawn", [shapes, *SHAPES_ARGS, "--evaluate", "--resume", checkpoint], tmp_path / "eval", 3
-    )
-    text = results[0].stdout
-    assert_started_as(text, "spawn", 3)
-    assert printed_accuracies(text) == [(f"{acc1:.3f}", f"{acc5:.3f}")], text
+
+@pytest.mark.slow
+def test_evaluate_under_torchrun_exits_cleanly_every_time(shapes_runs, tmp_path):
+    """--evaluate ends right after its last all_reduce. gloo's worker threads outlive the
+    process group (torch keeps it alive once DDP was built) and used to be caught still
+    releasing that collective's tensors while the interpreter shut down: SIGABRT
+    ("terminate called without an active exception") in ~1 of 4-10 runs that had succeeded.
+
+    Four runs (8 ranks shutting down) one after another, each evaluating the 1-rank shapes
+    checkpoint on 2 ranks (25 images split 13/12) and printing the accuracy a single pass
+    here gives it. The race cannot be provoked on purpose from outside (it is a thread
+    still running when the interpreter ends), so the guard is statistical: 4 runs all pass
+    with a chance of 0.75**4 = 32 % at 1 failure in 4 runs, 0.9**4 = 66 % at 1 in 10, and
+    every run of the suite draws again (two suite runs at 1 in 4: 0.75**8 = 10 %). Eight
+    runs per suite run cost 12 more processes that import torch for that margin. What a
+    run costs is torchrun's and the ranks' start-up (import torch, and torch._dynamo, which
+    DDP's constructor imports), which no argument shortens. They run one after another:
+    side by side, or as one run of more ranks, they would share the same 2 cores (beside
+    the other test worker) and change the shutdown timing under test. No other run of the
+    suite stands in for one of them: the other torchrun runs of main.py train, and
+    training ends after a barrier, not an all_reduce."""
+    shapes, runs = shapes_runs
+    checkpoint = runs[1][1] / state.CHECKPOINT
+    acc1, acc5 = expected_accuracy(checkpoint, Path(shapes) / "val", SHAPES_ARCH)
+    args = [shapes, *SHAPES_ARGS, "-a", SHAPES_ARCH, "--evaluate", "--resume", checkpoint]
+    for attempt in range(4):
+        results = run_training("torchrun", args, tmp_path / f"run{attempt}")
+        text = results[0].stdout
+        assert_started_as(text, "torchrun", 2)
+        assert printed_accuracies(text) == [(f"{acc1:.3f}", f"{acc5:.3f}")], (attempt, text)
 
 
 @pytest.mark.slow
@@ -336,13 +368,13 @@ def test_shard_trains_validates_unevenly_split_ranks_and_resumes_from_one_plain_
     devicekit.unsharded each forward gathers every block from both ranks, and the run
     fails) counts each once; the checkpoint is one plain file, a full state_dict and a full
     optimizer state, that a plain model loads; --shard resumes from it under another
-    launcher."""
+    launcher (a shell loop's RANK/WORLD_SIZE, then Ascend's RANK_ID/RANK_SIZE)."""
     shapes = shapes_dataset(tmp_path)
     output = tmp_path / "out"
     common = [shapes, *SHAPES_ARGS, "-a", "resnet18", "--shard", "--steps-per-epoch", "2"]
     common += ["--output-dir", output]
-    first = run_training("torchrun", [*common, "--epochs", "1"], tmp_path / "first", 2)
-    assert_started_as(first[0].stdout, "torchrun", 2)
+    first = run_training("env", [*common, "--epochs", "1"], tmp_path / "first", 2)
+    assert_started_as(first[0].stdout, "env", 2)
     (row,) = read_metrics(output)
     assert row["val_samples"] == SHAPES_VAL and row["world_size"] == 2, row
     saved = load_checkpoint(output)
@@ -355,7 +387,7 @@ def test_shard_trains_validates_unevenly_split_ranks_and_resumes_from_one_plain_
         assert saved["optimizer"]["state"][index]["momentum_buffer"].shape == parameter.shape
 
     resume = ["--epochs", "2", "--resume", output / state.CHECKPOINT]
-    second = run_training("spawn", [*common, *resume], tmp_path / "second", 2)
+    second = run_training("ascend", [*common, *resume], tmp_path / "second", 2)
     text = second[0].stdout
     assert re.search(r"^=> resumed .* at epoch 1, step 0$", text, re.M), text
     assert "Epoch: [0]" not in text and "Epoch: [1]" in text, text
@@ -363,45 +395,24 @@ def test_shard_trains_validates_unevenly_split_ranks_and_resumes_from_one_plain_
     assert [row["epoch"] for row in read_metrics(output)] == [0, 1]
 
 
-@pytest.mark.slow
-def test_evaluate_under_torchrun_exits_cleanly_every_time(tmp_path):
-    """--evaluate ends right after its last all_reduce. gloo's worker threads outlive the
-    process group (torch keeps it alive once DDP was built) and used to be caught still
-    releasing that collective's tensors while the interpreter shut down: SIGABRT
-    ("terminate called without an active exception") in ~1 of 4-10 runs that had succeeded.
-
-    Eight runs (16 ranks shutting down) make a regression likely to show: all 8 pass with a
-    chance of 0.75**8 = 10 % at 1 failure in 4 runs, 0.9**8 = 43 % at 1 in 10. Each run is
-    as short as main.py allows (one validation step, no loader workers): what it costs is
-    torchrun's and the ranks' start-up (import torch, and torch._dynamo, which DDP's
-    constructor imports), which no argument shortens. They run one after another: side by
-    side, or as one run of more ranks, they would share the same 2 cores (beside the other
-    test worker) and change the shutdown timing under test. No other run of the suite
-    stands in for one of them: the other torchrun runs of main.py train, and training ends
-    after a barrier, not an all_reduce; only the 3-rank evaluation of
-    test_validation_counts_every_sample_once_for_any_world_size is one more such run."""
-    args = [*TINY, "--evaluate", "--val-steps", "1"]
-    for attempt in range(8):
-        results = run_training("torchrun", args, tmp_path / f"run{attempt}")
-        assert len(printed_accuracies(results[0].stdout)) == 1, results[0].stdout
-
-
 # -- 4. resuming is exact -----------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_run(tmp_path, launcher_runs):
-    # The uninterrupted 2-epoch run is the torchrun run of the launcher tests.
+    """Epoch 0 as a shell loop starts the ranks, epoch 1 resumed under Ascend's RANK_ID loop,
+    equal bit for bit to the uninterrupted 2-epoch torchrun run of the launcher tests (any
+    launcher trains the same weights)."""
     _, straight = launcher_runs("torchrun")
     output = tmp_path / "out"
     first = run_training(
-        "torchrun", [*TINY, "--epochs", "1", "--output-dir", output], tmp_path / "first"
+        "env", [*TINY, "--epochs", "1", "--output-dir", output], tmp_path / "first"
     )
     assert load_checkpoint(output)["epoch"] == 1
     leftover = output / f".{state.CHECKPOINT}.k1lled.tmp"  # of a write killed midway
     leftover.write_bytes(b"PK\x03\x04 half a checkpoint")
     second = run_training(
-        "torchrun",
+        "ascend",
         [*TINY, "--epochs", "2", "--output-dir", output, "--resume", output / state.CHECKPOINT],
         tmp_path / "second",
     )
@@ -479,7 +490,12 @@ def _bound_ranks(tmp_path, nproc, script_cores, **extra):
             "run_8p",
             ["taskset", "-c", script_cores, "bash", "launch/run_8p.sh", "--dummy"],
             child_env(
-                BIND_CORES=1, NPROC_PER_NODE=nproc, PYTHON=probe, LOG_DIR=tmp_path / "logs", **extra
+                BIND_CORES=1,
+                NPROC_PER_NODE=nproc,
+                PYTHON=probe,
+                LOG_DIR=tmp_path / "logs",
+                **given_port("run_8p"),
+                **extra,
             ),
         )
         (result,) = procs.finish_all([proc], RUN_TIMEOUT_S)

@@ -3,7 +3,6 @@ switched on and how often it synchronized the device: one line per process,
 `PROBE rank=R autocast=[npu:torch.bfloat16] synchronize=N`. Tests use it to see that a
 ported script takes the accelerator's branch on the npu stand-in."""
 
-import atexit
 import os
 import runpy
 import sys
@@ -30,12 +29,12 @@ def probing_synchronize(*args, **kwargs):
 
 torch.autocast.__enter__ = probing_enter
 torch.npu.synchronize = probing_synchronize
-atexit.register(
-    lambda: print(
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:  # when the script ends (not at exit: support/run_scripts.py runs several in one process)
+    print(
         f"PROBE rank={os.environ.get('RANK', '0')} "
         f"autocast={sorted(entered)} synchronize={synchronized[0]}",
         flush=True,
     )
-)
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")

@@ -60,6 +60,7 @@ def _ours():
 
 class _CountTorchImport:
     seen = False
+    session = SESSION
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
@@ -81,7 +82,9 @@ class _CountTorchImport:
         return None
 
 
-sys.meta_path.insert(0, _CountTorchImport)
+# A site folder that is read twice (a venv's lib64 linked to lib) runs this twice.
+if not any(getattr(finder, "session", None) == SESSION for finder in sys.meta_path):
+    sys.meta_path.insert(0, _CountTorchImport)
 """
 
 

@@ -90,6 +90,15 @@ output_of() {
     read -r REPLY < "$OUTPUT_FILE" || true
 }
 
+# Sets REPLY to a TCP port free on loopback now. Python's socket module alone: importing
+# devicekit would import torch, seconds of every start.
+free_port() {
+    output_of "$PYTHON" -c 'import socket
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])'
+}
+
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python}
 SCRIPT=${SCRIPT:-$REPO/main.py}
@@ -134,7 +143,7 @@ else
     MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
     if [[ -z ${MASTER_PORT:-} ]]; then
         PORT_IS_OURS=1
-        output_of "$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())'
+        free_port
         MASTER_PORT=$REPLY
     fi
 fi
@@ -225,7 +234,7 @@ while true; do
     attempt=$(( attempt + 1 ))
     echo "run_8p: restarting every rank (restart $attempt of MAX_RESTARTS=$MAX_RESTARTS)" >&2
     if [[ $PORT_IS_OURS == 1 ]]; then
-        output_of "$PYTHON" -c 'from devicekit.environments import find_free_port; print(find_free_port())'
+        free_port
         MASTER_PORT=$REPLY
         export MASTER_PORT
     fi

@@ -3,6 +3,7 @@ Python processes that import torch, the workers' shared runs are grouped so each
 once, and a wheel that cannot be downloaded stops the run in one line that says how to
 fetch it."""
 
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -81,6 +82,22 @@ def test_tests_that_share_a_run_directly_or_through_another_test_share_a_worker(
     assert groups[a] == groups[b] == groups[c] == "test_a"
     assert groups[d] == "test_b"
     assert alone not in groups
+
+
+@pytest.fixture(scope="module")
+def shared_run():
+    """A run of module scope, as the suite's launcher matrices are: it groups its readers."""
+    return "made once"
+
+
+def test_a_test_that_shares_a_run_is_sent_as_its_group(shared_run, request):
+    """xdist sends a group to one worker only when the group is in the test's id: a pytest
+    that drops it (pytest-xdist#1386, pytest 9.2) spreads a shared run's readers over both
+    workers, each making the run again, and the process count doubles."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("no xdist workers: every test runs in this one process")
+    assert request.config.getvalue("loadgroup")
+    assert request.node.nodeid.endswith("@test_harness"), request.node.nodeid
 
 
 def test_a_wheel_that_cannot_be_downloaded_is_one_line_saying_how_to_fetch_it(

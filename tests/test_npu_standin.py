@@ -655,7 +655,9 @@ def test_init_distributed_binds_the_npu_and_joins_an_hccl_group(ran):
 
 @pytest.mark.slow
 def test_check_passes_on_npu_over_hccl_with_two_ranks(tmp_path):
-    args = ["check", "--device", "npu", "--max-bytes", str(1 << 20), "--json"]
+    """docs/npu-stand-in.md's `DEVICEKIT_SIMULATE=npu python -m devicekit check`: the
+    stand-in alone makes npu the device and hccl the backend."""
+    args = ["check", "--max-bytes", str(1 << 20), "--json"]
     with Processes(tmp_path / "processes") as procs:
         started = procs.start(
             "check", [sys.executable, "-m", "devicekit", *args], clean_environ(**SIMULATE)

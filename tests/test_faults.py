@@ -888,8 +888,8 @@ if __name__ == "__main__":
 # script waits for it to exit, sends SIGINT to the launcher alone (the leader of the process
 # group the test started).
 _SIGINT_DURING_PORT_LOOKUP = """import os, signal, socket, sys, time
-if "find_free_port" in " ".join(sys.argv):
-    with socket.socket() as free:  # what find_free_port gives, without importing torch
+if "getsockname" in " ".join(sys.argv):  # run_8p.sh's port lookup
+    with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         print(free.getsockname()[1], flush=True)
     os.close(1)  # the end of the output: the script reads it and waits for the exit

@@ -1,4 +1,4 @@
-"""What the package must hold, shared by tests/test_package.py and .ci/check-wheel."""
+"""What the package must hold: what tests/test_package.py checks a built wheel against."""
 
 import re
 from pathlib import Path

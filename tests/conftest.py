@@ -156,12 +156,22 @@ def _groups(items):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The real multi-process runs first, so that the workers end together on short tests;
-    a test that shares a run with others goes with them, any other test to whichever worker
-    is free (setup.cfg: --dist loadgroup --no-loadscope-reorder). First among the hooks:
-    xdist reads the xdist_group marks in its own, and a mark added after it splits the group
-    over both workers, each making the shared run."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The README's demo first (the longest test: started last, it would keep one worker
+    busy minutes after the other ran out of tests), then the npu stand-in's first build
+    (with its module: every process on the stand-in waits for that build, and a worker
+    that waits does nothing), then the other real multi-process runs, so that the workers
+    end together on short tests; a test that shares a run with others
+    goes with them, any other test to whichever worker is free (setup.cfg: --dist
+    loadgroup --no-loadscope-reorder). First among the hooks: xdist reads the xdist_group
+    marks in its own, and a mark added after it splits the group over both workers, each
+    making the shared run."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("demo") is None,
+            item.get_closest_marker("first_build") is None,
+            item.get_closest_marker("slow") is None,
+        )
+    )
     for item, group in _groups(items).items():
         item.add_marker(pytest.mark.xdist_group(group))
 

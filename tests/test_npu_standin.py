@@ -100,6 +100,7 @@ def first_build(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.first_build
 def test_two_processes_building_at_once_both_start_and_leave_one_build(first_build):
     """The first start on a machine builds; ranks starting together wait for that build."""
     results, cache = first_build

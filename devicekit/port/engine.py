@@ -19,9 +19,9 @@ def port_module(module: cst.Module, path: str) -> tuple[cst.Module, FileReport]:
     wrapper.visit_batched([facts])
     transformer = PortTransformer(wrapper.module, facts)
     ported = wrapper.visit(transformer)
-    ported = drop_unused(ported, import_uses(wrapper.module))
+    ported = drop_unused(ported, import_uses(wrapper))
     ported, dropped, still_needed = npu_imports.settle(
-        ported, npu_imports.side_effect_imports(wrapper.module)
+        ported, npu_imports.side_effect_imports(wrapper)
     )
     report = FileReport(
         path,

@@ -30,10 +30,10 @@ def _module_of(statement: cst.BaseSmallStatement) -> str:
     return ""
 
 
-def import_uses(module: cst.Module) -> dict[str, int]:
+def import_uses(wrapper: MetadataWrapper) -> dict[str, int]:
     """{name bound by a top-level `from torch.X import ...`, `import torch.X as Y` or
-    torch_npu import: how many times the module reads it}."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    torch_npu import: how many times the wrapped module reads it}. The wrapper's scopes
+    are computed once: the port's own wrapper has them already."""
     scopes = wrapper.resolve(ScopeProvider)
     global_scope = next(s for s in scopes.values() if isinstance(s, GlobalScope))
     uses: dict[str, int] = {}
@@ -108,7 +108,7 @@ class _DropAliases(cst.CSTTransformer):
 def drop_unused(module: cst.Module, before: dict[str, int]) -> cst.Module:
     """`module` without the torch submodule imports that were read before porting
     (`before`, from import_uses) and are read no more."""
-    after = import_uses(module)
+    after = import_uses(MetadataWrapper(module, unsafe_skip_copy=True))
     unused = {name for name, count in after.items() if count == 0 and before.get(name, 0) > 0}
     return module.visit(_DropAliases(unused)) if unused else module
 

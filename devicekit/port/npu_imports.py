@@ -73,10 +73,11 @@ class _Find(cst.CSTVisitor):
         self._statement(node)
 
 
-def side_effect_imports(module: cst.Module) -> list[SideEffectImport]:
-    """The torch_npu side-effect imports of `module`, wherever they are."""
+def side_effect_imports(wrapper: MetadataWrapper) -> list[SideEffectImport]:
+    """The torch_npu side-effect imports of the wrapped module, wherever they are (its
+    positions computed once: the port's own wrapper has them already)."""
     finder = _Find()
-    MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
+    wrapper.visit(finder)
     return finder.found
 
 

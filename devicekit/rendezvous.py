@@ -183,6 +183,14 @@ def explain_setup_error(
             f"the master port {ctx.master_port} on {ctx.master_addr} is already in use: stop "
             "the process holding it (a previous run?) or choose another with MASTER_PORT/--port"
         )
+    if "closed by peer" in text.lower():
+        # gloo's connections between the ranks, made after every rank reached the master: a
+        # peer that closed its end crashed or gave up; the master was reached.
+        return UsageError(
+            f"rank {ctx.rank}: another rank closed its connection while the {ctx.world_size} "
+            f"ranks connected to each other (it crashed or stopped: its own output says why) "
+            f"({text.strip().splitlines()[0]})"
+        )
     if "connect" in text.lower() or "refused" in text.lower():
         return UsageError(
             f"rank {ctx.rank}: cannot reach the master at {where}: check MASTER_ADDR/MASTER_PORT "

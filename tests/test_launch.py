@@ -10,12 +10,14 @@ import pytest
 from devicekit import kinds
 from devicekit.environments import (
     REFERENCE_DIST_URL,
+    LaunchContext,
     LaunchOptions,
     launcher_of,
     pop_local_rank,
     resolve_launch,
 )
 from devicekit.errors import UsageError
+from devicekit.rendezvous import explain_setup_error
 
 CPU = kinds.get("cpu")
 TORCHRUN = {
@@ -405,3 +407,35 @@ def test_run_8p_refuses_a_bad_variable_in_one_line_before_the_demo_data(tmp_path
     assert (result.returncode, result.stderr.splitlines()) == (2, [result.stderr.strip()])
     assert result.stderr.startswith(f"error: {says}"), result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+GLOO_PEER_CLOSED = (
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[127.0.0.1]:54476"
+)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_peer_that_closed_its_connection_is_not_called_an_unreachable_master(rank):
+    """gloo's "Connection closed by peer" while the ranks connect to each other comes after
+    every rank reached the master: rank 0 (the master itself) used to say it could not
+    reach the master. It names the peer's end instead, and never the master's address."""
+    ctx = LaunchContext(
+        mode="spawn",
+        rank=rank,
+        local_rank=rank,
+        world_size=2,
+        local_world_size=2,
+        node_rank=0,
+        nnodes=1,
+        master_addr="127.0.0.1",
+        master_port=38667,
+        device_index=rank,
+    )
+    error = explain_setup_error(RuntimeError(GLOO_PEER_CLOSED), ctx, "--dist-timeout 30s")
+    assert isinstance(error, UsageError)
+    assert str(error).startswith(
+        f"rank {rank}: another rank closed its connection while the 2 ranks connected to each "
+        "other (it crashed or stopped: its own output says why)"
+    ), error
+    assert "master" not in str(error), error

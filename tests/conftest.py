@@ -160,11 +160,11 @@ def pytest_collection_modifyitems(config, items):
     busy minutes after the other ran out of tests), then the npu stand-in's first build
     (with its module: every process on the stand-in waits for that build, and a worker
     that waits does nothing), then the other real multi-process runs, so that the workers
-    end together on short tests; a test that shares a run with others
-    goes with them, any other test to whichever worker is free (setup.cfg: --dist
-    loadgroup --no-loadscope-reorder). First among the hooks: xdist reads the xdist_group
-    marks in its own, and a mark added after it splits the group over both workers, each
-    making the shared run."""
+    end together on short tests; a test that shares a run with others goes with them, any
+    other test to whichever worker is free (setup.cfg: --dist loadgroup
+    --no-loadscope-reorder). First among the hooks: xdist reads the xdist_group marks in its
+    own, and a mark added after it splits the group over both workers, each making the
+    shared run."""
     items.sort(
         key=lambda item: (
             item.get_closest_marker("demo") is None,

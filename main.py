@@ -194,8 +194,7 @@ def build_model(
         # instead of before every forward: the same weights, one collective less per step.
         ddp_model = devicekit.wrap_ddp(model, broadcast_buffers=False)
     if config.compile:
-        # torch.compile(module) returns an OptimizedModule, a Module; its stub says Callable.
-        ddp_model = torch.compile(ddp_model)  # type: ignore[assignment]
+        ddp_model = devicekit.compile(ddp_model)
     return model, ddp_model
 
 

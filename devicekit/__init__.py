@@ -70,6 +70,7 @@ from devicekit.checkpoint import (
     optimizer_state_dict,
     save_checkpoint,
 )
+from devicekit.compiling import compile
 from devicekit.ddp import broadcast_buffers, no_sync, unwrap, wrap_ddp
 from devicekit.distributed import (
     all_reduce_sum,
@@ -133,6 +134,7 @@ __all__ = [
     "backend",
     "barrier",
     "broadcast_buffers",
+    "compile",
     "current_device",
     "default_ranks_per_node",
     "destroy_process_group",

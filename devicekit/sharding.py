@@ -69,7 +69,9 @@ def shard(
     instructions; fp32 elsewhere); True asks for it (fp16 where the device has no bf16);
     False keeps everything fp32. `activation_checkpointing`: True recomputes each block's
     activations in the backward pass instead of keeping them, or name the classes to
-    recompute. In a single process the group of one is joined here.
+    recompute. In a single process the group of one is joined here. A model in
+    channels_last gets contiguous (NCHW) weights, which FSDP2 requires: give it channels_last
+    inputs and its activations stay channels_last.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -88,7 +90,10 @@ def shard(
             )
         init_distributed()
     device = accelerator.device_for(runtime.context())
-    model.to(device)
+    # FSDP2 shards contiguous parameters only: a model already in channels_last goes back
+    # to NCHW weights here, and channels_last inputs keep the activations channels_last.
+    # (Module.to takes memory_format; torch's stub does not say so.)
+    model.to(device, memory_format=torch.contiguous_format)  # type: ignore[call-overload]
     if recomputed:
         from torch.distributed._composable import checkpoint
 

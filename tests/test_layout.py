@@ -40,6 +40,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "devicekit.distributed",
         "devicekit.ddp",
         "devicekit.sharding",
+        "devicekit.compiling",
         "devicekit.checkpoint",
         "devicekit.checkpoint_files",
         "devicekit.sharded_checkpoint",

@@ -708,18 +708,29 @@ def test_a_device_list_alone_says_how_many_ranks_to_start_and_where(tmp_path):
 # the CPU, and the flat-API test below runs torchrun on the stand-in), the index launch()
 # gives a spawned rank, and Ascend's RANK_ID.
 NPU_LAUNCHERS = ["env", "spawn", "ascend"]
+# --compile on the stand-in: inductor generates no code for its device, so the model runs
+# eagerly, as rank 0 says in one line, and trains to the same weights.
+COMPILED = {"spawn": ["--compile"]}
+NO_COMPILER = (
+    "devicekit: warning: no compiler for npu here (torch_npu's Inductor backend is missing): "
+    "the model is not compiled and runs eagerly"
+)
 
 
 @pytest.fixture(scope="module")
 def main_runs(tmp_path_factory):
     """{launcher: (its processes' Finished, its checkpoint)} of main.py's TINY run on npu
-    under each of NPU_LAUNCHERS, and {"cpu": ...} of the same run on the CPU in fp32 (the
-    npu runs compute with the same kernels), RANK_ID's way: all four at once."""
+    under each of NPU_LAUNCHERS (spawn's with --compile, which the stand-in cannot do), and
+    {"cpu": ...} of the same run on the CPU in fp32 (the npu runs compute with the same
+    kernels), RANK_ID's way: all four at once."""
     root = tmp_path_factory.mktemp("main_runs")
     runs = {"cpu": ("ascend", ["--no-amp", "--no-channels-last"], {})}
     simulated = {"DEVICEKIT_SIMULATE": "npu", "DEVICEKIT_DEVICE": "auto"}
     runs.update(
-        {launcher: (launcher, ["--device", "npu"], simulated) for launcher in NPU_LAUNCHERS}
+        {
+            launcher: (launcher, ["--device", "npu", *COMPILED.get(launcher, [])], simulated)
+            for launcher in NPU_LAUNCHERS
+        }
     )
     started = {}
     with Processes(root / "processes") as procs:
@@ -754,6 +765,8 @@ def test_main_trains_on_npu_and_matches_the_cpu_bit_for_bit(launcher, main_runs)
         line for r in results for line in (r.stdout + r.stderr).splitlines() if "Warning" in line
     ]
     assert not warnings, describe(results)
+    said = [line for r in results for line in r.stderr.splitlines() if "compile" in line]
+    assert said == ([NO_COMPILER] if launcher in COMPILED else []), describe(results)
     assert_bitwise_equal(
         checkpoint["state_dict"],
         main_runs["cpu"][1]["state_dict"],

@@ -49,6 +49,32 @@ class Net(nn.Module):
         return self.head(x)
 
 
+class ConvBlock(nn.Module):
+    """conv-bn + a shortcut, then ReLU: a ResNet block of `width_in` -> `width_out`."""
+
+    def __init__(self, width_in, width_out, stride):
+        super().__init__()
+        self.conv = nn.Conv2d(width_in, width_out, 3, stride, 1, bias=False)
+        self.bn = nn.BatchNorm2d(width_out)
+        same = width_in == width_out and stride == 1
+        self.shortcut = nn.Identity() if same else nn.Conv2d(width_in, width_out, 1, stride)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)) + self.shortcut(x))
+
+
+class ConvNet(nn.Module):
+    """Blocks of one class and two widths, as a ResNet's stages are."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(ConvBlock(3, 8, 1), ConvBlock(8, 16, 2), ConvBlock(16, 16, 1))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(x).mean((2, 3)))
+
+
 def test_the_blocks_are_the_outermost_stack_of_one_class():
     net = Net()
     assert block_modules(net) == list(net.layers)  # not the Linear inside each block's mlp
@@ -187,6 +213,30 @@ _ONE_PROCESS = """
     third(x).square().sum().backward()
     third_optimizer.step()
     print("unsharded", inside, type(next(third.parameters())).__name__)
+
+    # A CNN already in channels_last: FSDP2 shards contiguous parameters only, so shard()
+    # gives it NCHW weights, and channels_last images keep its activations channels_last.
+    # compile() then trains it; plain torch.compile fails in inductor's backward there
+    # (its blocks of two widths share one compiled forward, which goes dynamic).
+    from test_sharding import ConvNet
+
+    cnn = devicekit.shard(ConvNet().to(memory_format=torch.channels_last), mixed_precision=False)
+    print("cnn weights contiguous", all(p.is_contiguous() for p in cnn.parameters()))
+    formats = []
+
+    def note_format(module, args, out):
+        formats.append(out.is_contiguous(memory_format=torch.channels_last))
+
+    cnn.blocks[1].register_forward_hook(note_format)
+    images = torch.randn(4, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    compiled = devicekit.compile(cnn)
+    cnn_optimizer = torch.optim.SGD(cnn.parameters(), lr=0.1)
+    for _ in range(2):
+        compiled(images).square().mean().backward()
+        cnn_optimizer.step()
+        cnn_optimizer.zero_grad()
+    torch.testing.assert_close(compiled(images), cnn(images))
+    print("cnn activations channels_last", formats[:1], "compiled", type(compiled).__name__)
 """
 
 
@@ -228,6 +278,12 @@ def test_a_trainers_own_format_saves_what_an_unsharded_run_saves_and_loads_back(
 def test_an_unsharded_model_is_whole_inside_and_trains_sharded_after(one_process):
     _, printed = one_process
     assert "unsharded ['Parameter'] DTensor" in printed, printed
+
+
+def test_a_channels_last_cnn_shards_with_nchw_weights_and_compiles(one_process):
+    _, printed = one_process
+    assert "cnn weights contiguous True" in printed, printed
+    assert "cnn activations channels_last [True] compiled OptimizedModule" in printed, printed
 
 
 def test_the_full_weights_file_loads_with_plain_torch(one_process):

@@ -368,10 +368,14 @@ def test_shard_trains_validates_unevenly_split_ranks_and_resumes_from_one_plain_
     devicekit.unsharded each forward gathers every block from both ranks, and the run
     fails) counts each once; the checkpoint is one plain file, a full state_dict and a full
     optimizer state, that a plain model loads; --shard resumes from it under another
-    launcher (a shell loop's RANK/WORLD_SIZE, then Ascend's RANK_ID/RANK_SIZE)."""
+    launcher (a shell loop's RANK/WORLD_SIZE, then Ascend's RANK_ID/RANK_SIZE). In
+    channels_last, as the defaults are on a GPU and on a CPU with bf16: FSDP2 takes
+    contiguous parameters only, and shard() gives it NCHW weights (the images stay
+    channels_last)."""
     shapes = shapes_dataset(tmp_path)
     output = tmp_path / "out"
-    common = [shapes, *SHAPES_ARGS, "-a", "resnet18", "--shard", "--steps-per-epoch", "2"]
+    common = [shapes, *SHAPES_ARGS, "-a", "resnet18", "--shard", "--channels-last"]
+    common += ["--steps-per-epoch", "2"]
     common += ["--output-dir", output]
     first = run_training("env", [*common, "--epochs", "1"], tmp_path / "first", 2)
     assert_started_as(first[0].stdout, "env", 2)

@@ -173,6 +173,15 @@ class DeviceKind(abc.ABC):
         """Whether channels_last memory format is faster here (with or without AMP)."""
         return False
 
+    def compile_backend(self) -> str | None:
+        """The torch.compile backend this kind's stack compiles with, or None where it has
+        no compiler (`no_compiler_reason` says why)."""
+        return "inductor"
+
+    def no_compiler_reason(self) -> str:
+        """Why `compile_backend` is None here, in a few words."""
+        return f"torch.compile has no backend for {self.name} here"
+
     @property
     def autocast_device_type(self) -> str:
         """The device type torch.autocast takes for this kind."""

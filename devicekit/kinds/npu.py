@@ -150,6 +150,17 @@ class NpuKind(AcceleratorKind):
     def worth_a_warning_when_skipped(self) -> bool:
         return self.is_installed()
 
+    def compile_backend(self) -> str | None:
+        # torch_npu compiles for the NPU through Inductor: its torch_npu._inductor registers
+        # the npu code generators on the first compile (torch_npu.utils._dynamo). A torch_npu
+        # without that package (the stand-in's) gives inductor nothing to generate npu code.
+        if importlib.util.find_spec("torch_npu") is None:
+            return None
+        return "inductor" if importlib.util.find_spec("torch_npu._inductor") else None
+
+    def no_compiler_reason(self) -> str:
+        return "no compiler for npu here (torch_npu's Inductor backend is missing)"
+
     def load_state(self) -> tuple[str, str]:
         """Import torch_npu once; return (state, reason) with state one of
         "ok", "not installed", "CANN missing", "import failed"."""

@@ -576,6 +576,17 @@ def test_wheel_registers_hccl_for_the_npu_device(wheel):
     assert calls, 'no register_backend("hccl", ..., devices=["npu"]) in the wheel'
 
 
+def test_wheel_compiles_for_npu_through_its_own_inductor_package(wheel):
+    """devicekit.compile on an NPU uses inductor, and finds torch_npu's compiler by its
+    torch_npu._inductor package (devicekit/kinds/npu.py): the wheel has the package, and
+    its dynamo set-up imports it on the first compile."""
+    files = dict(wheel.python_files())
+    assert "torch_npu/_inductor/__init__.py" in files, sorted(files)[:20]
+    setup = files["torch_npu/utils/_dynamo.py"]
+    assert 'importlib.import_module("torch_npu._inductor")' in setup
+    assert "def _lazy_inductor_setup" in setup
+
+
 def test_wheel_autoloads_through_the_torch_backends_entry_point(wheel):
     entry_points = configparser.ConfigParser()
     entry_points.read_string(wheel.dist_info("entry_points.txt"))

@@ -497,6 +497,27 @@ def test_bf16_autocast_is_the_cpu_default_only_where_the_cpu_computes_bf16(
     assert out.dtype == (torch.bfloat16 if native else torch.float32)
 
 
+@pytest.mark.parametrize("told, native", [("1", True), ("0", False)])
+def test_devicekit_cpu_bf16_takes_either_policy_on_any_cpu(monkeypatch, told, native):
+    """DEVICEKIT_CPU_BF16 answers instead of the CPU's flags, against what they say."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: not native)
+    flags = {"architecture": "x86_64", "avx512_bf16": not native, "amx_bf16": False}
+    monkeypatch.setattr(torch._C._cpu, "_get_cpu_capability", lambda: flags)
+    monkeypatch.setenv("DEVICEKIT_CPU_BF16", told)
+    cpu = kinds.get("cpu")
+    assert cpu.default_amp() is native and cpu.prefers_channels_last(native) is native
+
+
+def test_a_devicekit_cpu_bf16_of_another_value_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("DEVICEKIT_CPU_BF16", "yes")
+    with pytest.raises(devicekit.UsageError) as refused:
+        kinds.get("cpu").default_amp()
+    assert str(refused.value) == (
+        "DEVICEKIT_CPU_BF16='yes' is neither 1 nor 0: set 1 to treat this CPU as having bf16 "
+        "instructions, 0 as not, or unset it to detect them"
+    )
+
+
 # -- the worked example of docs/extending.md: a device kind of one's own --------------------------
 
 

@@ -71,11 +71,13 @@ def describe_folder(folder):
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory):
     """One 2-rank run (spawn) with --tensorboard and --profile-steps 2, -p 1 and the cosine
-    schedule: its folder (out/, board/) and the Finished of its processes."""
+    schedule: its folder (out/, board/) and the Finished of its processes. Sharded, with
+    the defaults of a CPU with bf16 instructions on any CPU (DEVICEKIT_CPU_BF16=1: bf16
+    autocast and channels_last), which the rest of the suite meets only on such a CPU."""
     folder = tmp_path_factory.mktemp("observed")
     args = TINY + ["-p", "1", "--lr-schedule", "cosine", "--output-dir", folder / "out"]
-    args += ["--tensorboard", folder / "board", "--profile-steps", 2]
-    return folder, run_training("spawn", args, folder)
+    args += ["--tensorboard", folder / "board", "--profile-steps", 2, "--shard"]
+    return folder, run_training("spawn", args, folder, DEVICEKIT_CPU_BF16=1)
 
 
 @pytest.mark.slow
@@ -103,6 +105,20 @@ def test_tensorboard_two_epoch_run_records_steps_epochs_and_config(observed):
             ((row["epoch"] + 1) * STEPS, pytest.approx(row[field], rel=1e-6)) for row in rows
         ], tag
     assert "arch: 'tinynet'" in config and "lr_schedule: 'cosine'" in config, config
+
+
+@pytest.mark.slow
+def test_a_bf16_cpus_defaults_train_sharded_on_any_cpu(observed):
+    """main.py with no precision or memory-format flag under DEVICEKIT_CPU_BF16=1 takes
+    the policy of a CPU with bf16 instructions, and trains sharded with it to the same
+    weights on both ranks (FSDP2 refused the channels_last weights before shard() made
+    them contiguous)."""
+    _, results = observed
+    text = results[0].stdout
+    assert ", AMP bfloat16, channels_last," in text.splitlines()[0], text
+    done = re.findall(r"^=> rank (\d)/2 done: weights (\w+)$", text, re.M)
+    assert sorted(rank for rank, _ in done) == ["0", "1"], text
+    assert len({weights for _, weights in done}) == 1, text
 
 
 @pytest.mark.slow

@@ -6,7 +6,10 @@ from collections.abc import Mapping
 
 import torch
 
+from devicekit.errors import UsageError
 from devicekit.kinds.base import DeviceKind
+
+BF16_ENV = "DEVICEKIT_CPU_BF16"
 
 
 class CpuKind(DeviceKind):
@@ -55,7 +58,17 @@ class CpuKind(DeviceKind):
 
 def computes_bf16_natively() -> bool:
     """Whether this CPU has bf16 instructions (x86: avx512_bf16 or AMX; Arm: the BF16
-    extension), not only a oneDNN that can emulate bf16 on AVX-512."""
+    extension), not only a oneDNN that can emulate bf16 on AVX-512. DEVICEKIT_CPU_BF16=1 or
+    0 answers instead: for a machine whose CPU flags a virtual machine hides, and to take
+    either policy (bf16 autocast + channels_last, or fp32 NCHW) on any CPU."""
+    told = os.environ.get(BF16_ENV, "").strip()
+    if told:
+        if told not in ("0", "1"):
+            raise UsageError(
+                f"{BF16_ENV}={told!r} is neither 1 nor 0: set 1 to treat this CPU as having "
+                "bf16 instructions, 0 as not, or unset it to detect them"
+            )
+        return told == "1"
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return False
     capabilities = getattr(torch._C._cpu, "_get_cpu_capability", None)

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from devicekit import runtime
+from devicekit.distributed import is_main_process
 from devicekit.errors import warn
 from devicekit.sharding import is_sharded
 
@@ -28,7 +29,7 @@ def compile(model: torch.nn.Module, **options: Any) -> torch.nn.Module:
     kind = runtime.kind()
     backend = kind.compile_backend()
     if backend is None:
-        if runtime.context().rank == 0:
+        if is_main_process():
             warn(f"{kind.no_compiler_reason()}: the model is not compiled and runs eagerly")
         return model
     options.setdefault("backend", backend)

@@ -8,6 +8,7 @@ DistributedSampler, `dist.get_rank()` and DDP behave as under any launcher.
 import atexit
 import datetime
 import os
+import sys
 import time
 
 import torch
@@ -179,6 +180,18 @@ def destroy_process_group() -> None:
         # after a run that succeeded -- 1 in 4-10 `--evaluate` runs under torchrun here.
         # Release the GIL for a moment so that they finish while Python is alive.
         time.sleep(_WORKER_DRAIN_S)
+        _forget_sharding_plans()
+
+
+def _forget_sharding_plans() -> None:
+    """Drop DTensor's cached sharding plans. They hold the device mesh they were made for,
+    and a mesh built later in this process compares equal to it: a second init_distributed()
+    and shard() would reuse the plans and send collectives to the group destroyed here
+    ("Could not resolve the process group registered under the name ...")."""
+    if "torch.distributed.tensor" in sys.modules:
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()  # type: ignore[no-untyped-call]
 
 
 # -- who this rank is -------------------------------------------------------------------

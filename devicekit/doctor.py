@@ -132,6 +132,28 @@ def _warnings(info: dict[str, Any]) -> list[str]:
     return found
 
 
+def _precision(kind: DeviceKind) -> dict[str, Any]:
+    """The defaults a script on the flat API gets here: autocast on or off, its dtype, loss
+    scaling, channels_last."""
+    amp = kind.default_amp()
+    dtype = kind.amp_dtype()
+    return {
+        "amp": amp,
+        "amp_dtype": str(dtype).removeprefix("torch."),
+        "loss_scaling": amp and kind.needs_grad_scaler(dtype),
+        "channels_last": kind.prefers_channels_last(amp),
+    }
+
+
+def _precision_line(precision: dict[str, Any]) -> str:
+    if precision["amp"]:
+        line = f"{precision['amp_dtype']} autocast"
+        line += " with loss scaling" if precision["loss_scaling"] else ", no loss scaling"
+    else:
+        line = "fp32 (AMP off: autocast(enabled=True) or --amp turns it on)"
+    return line + (", channels_last" if precision["channels_last"] else ", NCHW")
+
+
 def gather(requested: str | None = None) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
     problems: list[str] = []
@@ -162,6 +184,13 @@ def gather(requested: str | None = None) -> dict[str, Any]:
     if kind is not None:
         count = kind.device_count()
         info.update(device=kind.name, backend=kind.backend, devices_per_node=count)
+        try:
+            info["precision"] = _precision(kind)
+        except UsageError as error:  # a DEVICEKIT_CPU_BF16 or DEVICEKIT_AMP_DTYPE it refuses
+            problems.append(str(error))
+        info["compile_backend"] = kind.compile_backend()
+        if info["compile_backend"] is None:
+            info["no_compiler"] = kind.no_compiler_reason()
         try:
             info["launch_context"] = resolve_launch(LaunchOptions(), kind=kind).describe()
         except UsageError as error:
@@ -210,6 +239,11 @@ def format_report(info: dict[str, Any]) -> str:
             f"chosen       {info['device']} with backend {info['backend']}, "
             f"{info['devices_per_node']} device(s) per node"
         )
+    if "precision" in info:
+        lines.append(f"precision    {_precision_line(info['precision'])}")
+    if "compile_backend" in info:
+        backend = info["compile_backend"]
+        lines.append(f"compile      {backend or 'eager: ' + info['no_compiler']}")
     read = ", ".join(f"{k}={v}" for k, v in info["launch_environment"].items())
     lines.append(f"launcher     {info['launcher']}" + (f", from {read}" if read else ""))
     if "launch_context" in info:

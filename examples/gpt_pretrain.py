@@ -110,7 +110,9 @@ def train(local_rank, args):
 
     model = TinyGPT(dim=args.dim, layers=args.layers)
     if args.strategy == "shard":
-        model = devicekit.shard(model, mixed_precision=None if amp else False)
+        # autocast sets the precision, as under DDP: the shards stay fp32 (bf16 shards
+        # would meet a GPU's fp16 autocast, which a CPU's layer_norm refuses to mix).
+        model = devicekit.shard(model, mixed_precision=False)
     else:
         model = devicekit.wrap_ddp(model.to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)

@@ -60,6 +60,42 @@ def test_doctor_human_report_names_the_choice():
 
 
 @pytest.mark.parametrize(
+    "env, line",
+    [
+        (
+            {"DEVICEKIT_CPU_BF16": "0"},
+            "fp32 (AMP off: autocast(enabled=True) or --amp turns it on), NCHW",
+        ),
+        ({"DEVICEKIT_CPU_BF16": "1"}, "bfloat16 autocast, no loss scaling, channels_last"),
+        (
+            {"DEVICEKIT_CPU_BF16": "1", "DEVICEKIT_AMP_DTYPE": "float16"},
+            "float16 autocast with loss scaling, channels_last",
+        ),
+    ],
+    ids=["fp32", "bf16", "a-gpus-fp16"],
+)
+def test_doctor_says_which_precision_and_memory_format_scripts_get(env, line):
+    """Each CPU policy, forced on any CPU, as doctor reports it (and --json), with the
+    compiler devicekit.compile uses."""
+    result = devicekit_cli("doctor", **env)
+    assert result.returncode == 0, result.stdout
+    assert f"precision    {line}\n" in result.stdout
+    assert "compile      inductor\n" in result.stdout
+    info = json.loads(devicekit_cli("doctor", "--json", **env).stdout)
+    assert info["precision"]["loss_scaling"] is ("with loss scaling" in line), info["precision"]
+    assert info["compile_backend"] == "inductor"
+
+
+def test_doctor_names_a_bad_precision_variable_as_a_problem():
+    result = devicekit_cli("doctor", DEVICEKIT_AMP_DTYPE="int8")
+    assert result.returncode == 2
+    assert (
+        "PROBLEM      DEVICEKIT_AMP_DTYPE='int8' is not an AMP dtype: set float16 or bfloat16, "
+        "or unset it for the cpu default\n"
+    ) in result.stdout
+
+
+@pytest.mark.parametrize(
     "args,env,needle",
     [
         (["check", "--device", "tpu"], {}, "unknown device 'tpu'"),

@@ -266,7 +266,7 @@ def test_under_a_memory_cap_ddp_runs_out_and_shard_trains(tmp_path):
     buckets and two AdamW moments whole) and 14 MB sharded. DDP ends with exit code 2 and
     one line naming the NPU that ran out (launch()'s: `python gpt_pretrain.py`); --strategy
     shard trains (as Ascend's RANK_ID loop starts it: no launcher process to import torch)."""
-    args = ["--dim", "128", "--layers", "4", "--iters", "2", "--no-amp", "--batch-size", "6"]
+    args = ["--dim", "128", "--layers", "4", "--iters", "2", "--batch-size", "6"]
     with Processes(tmp_path / "processes") as procs:
         started = {
             strategy: start_example(

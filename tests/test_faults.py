@@ -559,7 +559,7 @@ def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_
     finally:
         sys.path.remove(str(EXAMPLES))
     out, stamp = tmp_path / "gpt", tmp_path / "fault.json"
-    args = ["--strategy", "shard", "--no-amp", "--batch-size", "4", "--iters", "2"]
+    args = ["--strategy", "shard", "--batch-size", "4", "--iters", "2"]
     args += ["--save-every", "1", "--out", out]
     (command,) = commands("python", script(EXAMPLES / "gpt_pretrain.py"), args, NPROC, tmp_path)
     fault = {"kind": "kill-in-save", "rank": FAULT_RANK, "at_save": 2, "stamp": stamp}

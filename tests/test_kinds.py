@@ -518,6 +518,38 @@ def test_a_devicekit_cpu_bf16_of_another_value_is_refused_in_one_line(monkeypatc
     )
 
 
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_devicekit_amp_dtype_chooses_autocasts_dtype_and_so_the_loss_scaling(monkeypatch, kind):
+    """DEVICEKIT_AMP_DTYPE=float16 on a CPU is a GPU's precision (fp16 with a GradScaler
+    that scales); bfloat16 on a GPU needs no loss scaling. An explicit dtype still wins."""
+    other = {"cpu": torch.float16, "cuda": torch.bfloat16}[kind]
+    monkeypatch.setenv("DEVICEKIT_AMP_DTYPE", str(other).removeprefix("torch."))
+    chosen = kinds.get(kind)
+    assert chosen.amp_dtype() == other
+    assert chosen.needs_grad_scaler(chosen.amp_dtype()) is (other == torch.float16)
+    assert chosen.amp_dtype("bf16") == torch.bfloat16
+
+
+def test_devicekit_amp_dtype_fp16_on_a_cpu_scales_the_loss(monkeypatch):
+    monkeypatch.setenv("DEVICEKIT_AMP_DTYPE", "fp16")
+    devicekit.runtime.kind("cpu")
+    scaler = devicekit.GradScaler(enabled=True)
+    assert scaler.is_enabled() and scaler.scale(torch.ones(())).item() == 2.0**16
+    with devicekit.autocast(enabled=True):
+        out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
+    assert out.dtype == torch.float16
+
+
+def test_a_devicekit_amp_dtype_of_another_value_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("DEVICEKIT_AMP_DTYPE", "int8")
+    with pytest.raises(devicekit.UsageError) as refused:
+        kinds.get("cpu").amp_dtype()
+    assert str(refused.value) == (
+        "DEVICEKIT_AMP_DTYPE='int8' is not an AMP dtype: set float16 or bfloat16, or unset it "
+        "for the cpu default"
+    )
+
+
 # -- the worked example of docs/extending.md: a device kind of one's own --------------------------
 
 

@@ -464,7 +464,7 @@ def test_argparse_refusals_are_one_line(tmp_path, monkeypatch, capsys, argv, say
     [
         ("examples/spawn_config.py", []),
         ("examples/launch_local_rank.py", []),
-        ("examples/gpt_pretrain.py", ["--no-amp", "--strategy", "shard"]),
+        ("examples/gpt_pretrain.py", ["--strategy", "shard"]),
         ("examples/finetune_sampler.py", []),
         (
             "main.py",

@@ -17,6 +17,7 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
+AMP_DTYPE_ENV = "DEVICEKIT_AMP_DTYPE"
 
 
 class Profiler(Protocol):
@@ -153,10 +154,18 @@ class DeviceKind(abc.ABC):
 
     # -- mixed precision ------------------------------------------------------------
     def amp_dtype(self, requested: str | torch.dtype | None = None) -> torch.dtype:
-        """The low-precision dtype autocast uses: `requested` ("float16"/"bfloat16") or the
-        default."""
+        """The low-precision dtype autocast uses: `requested` ("float16"/"bfloat16"), else
+        DEVICEKIT_AMP_DTYPE's, else the kind's default."""
         if requested is None:
-            return self.default_amp_dtype
+            told = os.environ.get(AMP_DTYPE_ENV, "").strip()
+            if not told:
+                return self.default_amp_dtype
+            if told.lower() not in _DTYPES:
+                raise UsageError(
+                    f"{AMP_DTYPE_ENV}={told!r} is not an AMP dtype: set float16 or bfloat16, "
+                    f"or unset it for the {self.name} default"
+                )
+            return _DTYPES[told.lower()]
         if isinstance(requested, torch.dtype):
             return requested
         try:

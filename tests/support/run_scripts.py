@@ -12,16 +12,18 @@ its own would. What script NAME printed goes to FOLDER/NAME.RANK.stdout and .std
 $RANK, 0 without a launcher), and its exit status to FOLDER/NAME.RANK.code once it ended:
 0, or 1 for an uncaught exception (its traceback on its stderr), or its sys.exit code.
 os.environ and sys.path are put back after each script, and devicekit starts each with no
-kind or context, as in a new process. In a run of several ranks ($WORLD_SIZE over 1),
-the first script that fails ends the process with its status: the launcher then stops the
-other ranks, and the later scripts, which have no .code file, did not run (the ranks would
-no longer meet in the same script). A single process goes on to the next script.
+kind or context, and torch.compile with no compiled code, as in a new process. In a run of
+several ranks ($WORLD_SIZE over 1), the first script that fails ends the process with its
+status: the launcher then stops the other ranks, and the later scripts, which have no .code
+file, did not run (the ranks would no longer meet in the same script). A single process
+goes on to the next script.
 
 One process for several scripts saves each script's `import torch` (and torch._dynamo),
 most of a short run's time. Tests use it where the claim is about a script, not about its
 process starting afresh.
 """
 
+import gc
 import json
 import os
 import runpy
@@ -51,6 +53,9 @@ def run_one(name, argv, env, folder, rank):
     environ, old_argv, old_path = dict(os.environ), sys.argv, list(sys.path)
     if "devicekit" in sys.modules:  # devicekit starts with no kind or context, as afresh
         sys.modules["devicekit"].runtime.adopt(None, None)
+    gc.collect()  # what the scripts before left goes now, at the same point on every rank
+    if "torch._dynamo" in sys.modules:  # and torch.compile with none of its compiled code
+        sys.modules["torch._dynamo"].reset()
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, path in paths.items():

@@ -508,14 +508,33 @@ def test_devicekit_cpu_bf16_takes_either_policy_on_any_cpu(monkeypatch, told, na
     assert cpu.default_amp() is native and cpu.prefers_channels_last(native) is native
 
 
-def test_a_devicekit_cpu_bf16_of_another_value_is_refused_in_one_line(monkeypatch):
-    monkeypatch.setenv("DEVICEKIT_CPU_BF16", "yes")
+@pytest.mark.parametrize(
+    "variable, value, says",
+    [
+        (
+            "DEVICEKIT_CPU_BF16",
+            "yes",
+            "DEVICEKIT_CPU_BF16='yes' is neither 1 nor 0: set 1 to treat this CPU as having "
+            "bf16 instructions, 0 as not, or unset it to detect them",
+        ),
+        (
+            "DEVICEKIT_AMP_DTYPE",
+            "int8",
+            "DEVICEKIT_AMP_DTYPE='int8' is not an AMP dtype: set float16 or bfloat16, or unset "
+            "it for the cpu default",
+        ),
+    ],
+)
+def test_a_policy_variable_of_another_value_is_refused_in_one_line(
+    monkeypatch, variable, value, says
+):
+    """Asked for the CPU's precision (autocast on, in which dtype), each variable refuses a
+    value it does not know."""
+    monkeypatch.setenv(variable, value)
+    cpu = kinds.get("cpu")
     with pytest.raises(devicekit.UsageError) as refused:
-        kinds.get("cpu").default_amp()
-    assert str(refused.value) == (
-        "DEVICEKIT_CPU_BF16='yes' is neither 1 nor 0: set 1 to treat this CPU as having bf16 "
-        "instructions, 0 as not, or unset it to detect them"
-    )
+        cpu.default_amp(), cpu.amp_dtype()
+    assert str(refused.value) == says
 
 
 @pytest.mark.parametrize("kind", ["cpu", "cuda"])
@@ -538,16 +557,6 @@ def test_devicekit_amp_dtype_fp16_on_a_cpu_scales_the_loss(monkeypatch):
     with devicekit.autocast(enabled=True):
         out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
     assert out.dtype == torch.float16
-
-
-def test_a_devicekit_amp_dtype_of_another_value_is_refused_in_one_line(monkeypatch):
-    monkeypatch.setenv("DEVICEKIT_AMP_DTYPE", "int8")
-    with pytest.raises(devicekit.UsageError) as refused:
-        kinds.get("cpu").amp_dtype()
-    assert str(refused.value) == (
-        "DEVICEKIT_AMP_DTYPE='int8' is not an AMP dtype: set float16 or bfloat16, or unset it "
-        "for the cpu default"
-    )
 
 
 # -- the worked example of docs/extending.md: a device kind of one's own --------------------------
